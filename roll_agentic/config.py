@@ -1,0 +1,228 @@
+"""The configuration schema of a training run: the one source of truth.
+
+Hydra composes `conf/` against these dataclasses (registered in its
+ConfigStore), so an unknown key or a wrong type is refused before any work.
+Range and cross-field checks that Hydra cannot express live in `validate`,
+and every message names the key and what was expected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration a run cannot start with; the message is one line."""
+
+
+@dataclass
+class TaskConfig:
+    name: str = "task"  # tag used in metrics, routing and grouping
+    env_id: str = ""  # a registered gymnasium id, or `module:Class`
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    max_turns: int = 8  # an episode is truncated after this many agent turns
+    reward: str = "env_return"  # module in rewards/ whose `reward(summary)` scores it
+    group_size: int = 8  # GRPO: trajectories of the same task and seed
+    weight: float = 1.0  # share of the groups of each step
+    prompt_template: str = ""  # "" = the adapter's default; may use {observation}
+    format_penalty: float = 0.1  # reward lost per unparseable reply (as a fraction of turns)
+    max_new_tokens: int = 8  # decode budget of one agent turn
+    pool: str = "default"  # engine pool that serves this task's generation
+
+
+@dataclass
+class ModelConfig:
+    path: str = ""  # a local Hugging Face checkpoint; "" = the tiny model below
+    tiny_dir: str = ".cache/tiny-model"  # built on first use by `roll-agentic model tiny`
+    dtype: str = "float32"
+
+
+@dataclass
+class EngineConfig:
+    backend: str = "auto"  # auto (vllm where it imports, else hf) | vllm | hf
+    num_engines: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_model_len: int = 1024
+    kv_cache_gib: float = 1.0  # vLLM CPU KV cache size
+    gpu_memory_utilization: float = 0.5
+    enable_prefix_caching: bool = True
+    max_batch: int = 64  # hf engine: requests decoded together
+
+
+@dataclass
+class PoolConfig:
+    name: str = "default"
+    hardware: str = "cpu"  # hardware class, e.g. H800 / H20 / cpu
+    num_engines: int = 1
+    resources: dict[str, float] = field(default_factory=dict)  # Ray resources per engine
+    price_per_hour: float = 0.0
+
+
+@dataclass
+class AlgoConfig:
+    name: str = "grpo"
+    alpha: int = 1  # staleness bound in weight versions; 0 = synchronous on-policy
+    groups_per_step: int = 8  # GRPO groups in one training batch
+    clip_eps: float = 0.2  # PPO clip range
+    kl_coef: float = 0.0  # > 0 keeps a frozen reference model and adds a k3 KL term
+    adv_eps: float = 1e-6
+
+
+@dataclass
+class RolloutConfig:
+    mode: str = "async"  # async | tail_batching
+    num_workers: int = 2  # CPU Ray actors hosting environments
+    groups_in_flight: int = 4  # per worker: groups whose episodes run concurrently
+    eta: float = 1.25  # tail batching over-provisioning
+    env_step_timeout_s: float = 60.0
+
+
+@dataclass
+class TrainerConfig:
+    total_steps: int = 30
+    lr: float = 2e-3
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    micro_batch_size: int = 32
+    ppo_epochs: int = 1
+    save_every: int = 10  # steps between checkpoints (the last step always saves)
+    keep_checkpoints: int = 2
+    resume: bool = False
+    seed: int = 0
+    num_workers: int = 1  # data-parallel trainer workers
+    strategy: str = "ddp"  # ddp | fsdp (GPU)
+    device: str = "cpu"
+    resources: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class RewardConfig:
+    mode: str = "local"  # serverless | local
+    endpoint_url: str = ""  # an existing Lambda-compatible service; "" = start the emulator
+    region: str = "us-east-1"
+    function_prefix: str = "roll-agentic-"
+    max_concurrency: int = 16
+    max_retries: int = 4
+    timeout_s: float = 30.0
+
+
+@dataclass
+class RayConfig:
+    address: str = ""  # "" = a fresh local Ray on loopback; else join this cluster
+    num_cpus: int = 0  # 0 = all cores (local Ray only)
+
+
+@dataclass
+class TelemetryConfig:
+    progress: bool = True  # live display in the terminal
+    tensorboard: bool = True
+    plots: bool = True
+
+
+def _default_tasks() -> list[TaskConfig]:
+    return [
+        TaskConfig(
+            name="frozenlake",
+            env_id="envs.frozenlake:FrozenLakeText",
+            env_kwargs={"size": 3},
+            max_turns=6,
+            reward="frozenlake",
+            group_size=8,
+            max_new_tokens=4,
+        ),
+        TaskConfig(
+            name="guess",
+            env_id="envs.guess_number:GuessNumber",
+            env_kwargs={"low": 1, "high": 8},
+            max_turns=4,
+            reward="guess_number",
+            group_size=8,
+            max_new_tokens=4,
+        ),
+    ]
+
+
+@dataclass
+class Config:
+    run_name: str = ""  # "" = a timestamp
+    output_dir: str = "outputs"
+    tasks: list[TaskConfig] = field(default_factory=_default_tasks)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    # [] = one pool named "default" of engine.num_engines engines on any node
+    pools: list[PoolConfig] = field(default_factory=list)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+
+
+def _check(errors: list[str], ok: bool, key: str, expected: str, got: Any) -> None:
+    if not ok:
+        errors.append(f"{key}: expected {expected}, got {got!r}")
+
+
+def validate(cfg: Config) -> Config:
+    """Checks ranges and cross-field rules; raises ConfigError naming the first bad key."""
+    e: list[str] = []
+    _check(e, cfg.engine.backend in ("auto", "vllm", "hf"), "engine.backend", "one of auto, vllm, hf", cfg.engine.backend)
+    _check(e, cfg.engine.num_engines >= 1, "engine.num_engines", "an integer >= 1", cfg.engine.num_engines)
+    _check(e, cfg.engine.temperature > 0, "engine.temperature", "a number > 0", cfg.engine.temperature)
+    _check(e, 0 < cfg.engine.top_p <= 1, "engine.top_p", "a number in (0, 1]", cfg.engine.top_p)
+    _check(e, cfg.engine.max_model_len >= 64, "engine.max_model_len", "an integer >= 64", cfg.engine.max_model_len)
+    _check(e, cfg.algo.alpha >= 0, "algo.alpha", "an integer >= 0 (0 = synchronous)", cfg.algo.alpha)
+    _check(e, cfg.algo.groups_per_step >= 1, "algo.groups_per_step", "an integer >= 1", cfg.algo.groups_per_step)
+    _check(e, 0 < cfg.algo.clip_eps < 1, "algo.clip_eps", "a number in (0, 1)", cfg.algo.clip_eps)
+    _check(e, cfg.algo.kl_coef >= 0, "algo.kl_coef", "a number >= 0", cfg.algo.kl_coef)
+    _check(e, cfg.algo.name == "grpo", "algo.name", "grpo", cfg.algo.name)
+    _check(e, cfg.rollout.mode in ("async", "tail_batching"), "rollout.mode", "async or tail_batching", cfg.rollout.mode)
+    _check(e, cfg.rollout.num_workers >= 1, "rollout.num_workers", "an integer >= 1", cfg.rollout.num_workers)
+    _check(e, cfg.rollout.groups_in_flight >= 1, "rollout.groups_in_flight", "an integer >= 1", cfg.rollout.groups_in_flight)
+    _check(e, cfg.rollout.eta >= 1.0, "rollout.eta", "a number >= 1.0", cfg.rollout.eta)
+    if cfg.rollout.mode == "tail_batching":
+        _check(e, cfg.algo.alpha == 0, "algo.alpha", "0 with rollout.mode=tail_batching (it is synchronous)", cfg.algo.alpha)
+    _check(e, cfg.trainer.total_steps >= 1, "trainer.total_steps", "an integer >= 1", cfg.trainer.total_steps)
+    _check(e, cfg.trainer.lr > 0, "trainer.lr", "a number > 0", cfg.trainer.lr)
+    _check(e, cfg.trainer.micro_batch_size >= 1, "trainer.micro_batch_size", "an integer >= 1", cfg.trainer.micro_batch_size)
+    _check(e, cfg.trainer.ppo_epochs >= 1, "trainer.ppo_epochs", "an integer >= 1", cfg.trainer.ppo_epochs)
+    _check(e, cfg.trainer.save_every >= 1, "trainer.save_every", "an integer >= 1", cfg.trainer.save_every)
+    _check(e, cfg.trainer.keep_checkpoints >= 1, "trainer.keep_checkpoints", "an integer >= 1", cfg.trainer.keep_checkpoints)
+    _check(e, cfg.trainer.num_workers >= 1, "trainer.num_workers", "an integer >= 1", cfg.trainer.num_workers)
+    _check(e, cfg.trainer.strategy in ("ddp", "fsdp"), "trainer.strategy", "ddp or fsdp", cfg.trainer.strategy)
+    _check(e, cfg.reward.mode in ("serverless", "local"), "reward.mode", "serverless or local", cfg.reward.mode)
+    _check(e, cfg.reward.max_concurrency >= 1, "reward.max_concurrency", "an integer >= 1", cfg.reward.max_concurrency)
+    _check(e, cfg.reward.max_retries >= 0, "reward.max_retries", "an integer >= 0", cfg.reward.max_retries)
+    _check(e, bool(cfg.output_dir), "output_dir", "a directory path", cfg.output_dir)
+    _check(e, len(cfg.tasks) >= 1, "tasks", "a list of at least one task", cfg.tasks)
+    pool_names = {p.name for p in effective_pools(cfg)}
+    _check(e, "default" in pool_names, "pools", "a pool named 'default' (it serves every task without its own)", sorted(pool_names))
+    seen: set[str] = set()
+    for i, t in enumerate(cfg.tasks):
+        k = f"tasks[{i}]"
+        _check(e, bool(t.name) and t.name not in seen, f"{k}.name", "a unique non-empty name", t.name)
+        seen.add(t.name)
+        _check(e, bool(t.env_id), f"{k}.env_id", "a gymnasium id or module:Class", t.env_id)
+        _check(e, t.max_turns >= 1, f"{k}.max_turns", "an integer >= 1", t.max_turns)
+        _check(e, t.group_size >= 2, f"{k}.group_size", "an integer >= 2 (GRPO compares within a group)", t.group_size)
+        _check(e, t.weight > 0, f"{k}.weight", "a number > 0", t.weight)
+        _check(e, 0 <= t.format_penalty <= 1, f"{k}.format_penalty", "a number in [0, 1]", t.format_penalty)
+        _check(e, t.max_new_tokens >= 1, f"{k}.max_new_tokens", "an integer >= 1", t.max_new_tokens)
+        _check(e, t.reward.replace("_", "").isalnum(), f"{k}.reward", "the name of a module in rewards/", t.reward)
+        _check(e, t.pool in pool_names, f"{k}.pool", f"one of the pools {sorted(pool_names)}", t.pool)
+    for i, p in enumerate(cfg.pools):
+        _check(e, p.num_engines >= 1, f"pools[{i}].num_engines", "an integer >= 1", p.num_engines)
+        _check(e, p.price_per_hour >= 0, f"pools[{i}].price_per_hour", "a number >= 0", p.price_per_hour)
+    if e:
+        raise ConfigError(e[0] if len(e) == 1 else f"{e[0]} (and {len(e) - 1} more: {'; '.join(e[1:])})")
+    return cfg
+
+
+def effective_pools(cfg: Config) -> list[PoolConfig]:
+    """The pools a run starts: the configured ones, or one default pool."""
+    if cfg.pools:
+        return list(cfg.pools)
+    return [PoolConfig(name="default", hardware="any", num_engines=cfg.engine.num_engines)]
