@@ -1,0 +1,218 @@
+"""`roll-agentic serverless ...`: start the emulator, deploy, list, invoke, logs, stop.
+
+Every client command talks to `--endpoint-url`, by default the emulator last
+started with the same `--state-dir` (recorded in `<state_dir>/endpoint.json`).
+`python -m serverless.cli ...` works the same without the roll-agentic CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+import urllib.request
+from pathlib import Path
+
+from serverless import deploy as deploy_mod
+
+DEFAULT_STATE_DIR = os.environ.get("ROLL_AGENTIC_SERVERLESS_STATE_DIR", ".cache/serverless")
+
+
+def _endpoint(args: argparse.Namespace) -> str:
+    if args.endpoint_url:
+        return args.endpoint_url
+    from serverless.run import read_endpoint
+
+    rec = read_endpoint(Path(args.state_dir))
+    if not rec:
+        raise SystemExit(
+            f"no running emulator recorded in {args.state_dir}/endpoint.json: start one with "
+            "`roll-agentic serverless start`, or pass --endpoint-url"
+        )
+    return rec["endpoint_url"]
+
+
+def _keys(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    if args.access_key and args.secret_key:
+        return args.access_key, args.secret_key
+    return deploy_mod.env_credentials()
+
+
+def _client(args: argparse.Namespace):
+    ak, sk = _keys(args)
+    return deploy_mod.lambda_client(_endpoint(args), args.region, ak, sk)
+
+
+def emulator_call(endpoint: str, method: str, path: str, region: str = "us-east-1",
+                  access_key: str | None = None, secret_key: str | None = None) -> bytes:
+    """A SigV4-signed call to one of the emulator's own routes (/_emulator/...)."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    ak = access_key or deploy_mod.PLACEHOLDER_KEY
+    sk = secret_key or deploy_mod.PLACEHOLDER_KEY
+    req = AWSRequest(method=method, url=endpoint.rstrip("/") + path, data=b"")
+    SigV4Auth(Credentials(ak, sk), "lambda", region).add_auth(req)
+    prepared = req.prepare()
+    http = urllib.request.Request(prepared.url, data=prepared.body or None, method=method, headers=dict(prepared.headers))
+    with urllib.request.urlopen(http, timeout=30) as resp:  # noqa: S310 - the endpoint is the user's own
+        return resp.read()
+
+
+# -- commands ---------------------------------------------------------------
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    from serverless import sigv4
+    from serverless.run import run
+    from serverless.server import ServerConfig
+
+    ak, sk = _keys(args)
+    creds = {ak: sigv4.Credentials(ak, sk)} if ak and sk else {}
+    run(ServerConfig(
+        state_dir=Path(args.state_dir), host=args.host, port=args.port, region=args.region,
+        account_concurrency=args.account_concurrency, keep_alive_s=args.keep_alive,
+        event_retry_delay_s=args.event_retry_delay, credentials=creds, allow_remote=args.allow_remote,
+    ))
+    return 0
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    spec = deploy_mod.spec_for(Path(args.path), name=args.name, handler=args.handler,
+                               memory_mb=args.memory, timeout_s=args.timeout)
+    cfg = deploy_mod.deploy(_client(args), spec)
+    print(f"deployed {cfg['FunctionName']} ({cfg['Handler']}, {cfg['MemorySize']} MB, "
+          f"timeout {cfg['Timeout']} s, {cfg['CodeSize']} bytes): {cfg['State']}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    client = _client(args)
+    functions = [f for page in client.get_paginator("list_functions").paginate() for f in page["Functions"]]
+    ak, sk = _keys(args)
+    try:
+        stats = json.loads(emulator_call(_endpoint(args), "GET", "/_emulator/stats", args.region, ak, sk))["functions"]
+    except OSError:
+        stats = {}  # not our emulator (e.g. AWS itself): no meters to show
+    if args.json:
+        print(json.dumps({"functions": functions, "stats": stats}, indent=1))
+        return 0
+    head = f"{'function':32} {'mem':>5} {'tmo':>4} {'inv':>7} {'cold':>5} {'thr':>5} {'err':>5} {'p50ms':>8} {'p99ms':>8} {'GB-s':>10} {'cost $':>11}"
+    print(head)
+    for f in functions:
+        s = stats.get(f["FunctionName"], {})
+        print(f"{f['FunctionName'][:32]:32} {f['MemorySize']:>5} {f['Timeout']:>4} {s.get('invocations', 0):>7} "
+              f"{s.get('cold_starts', 0):>5} {s.get('throttles', 0):>5} {s.get('errors', 0):>5} "
+              f"{s.get('duration_ms_p50', 0):>8.2f} {s.get('duration_ms_p99', 0):>8.2f} "
+              f"{s.get('gb_s', 0):>10.4f} {s.get('cost_usd', 0):>11.8f}")
+    if not functions:
+        print("(no functions deployed)")
+    return 0
+
+
+def cmd_invoke(args: argparse.Namespace) -> int:
+    client = _client(args)
+    resp = client.invoke(FunctionName=args.name, Payload=args.payload.encode(),
+                         InvocationType="Event" if args.event else "RequestResponse",
+                         LogType="None" if args.event else "Tail")
+    if args.event:
+        print(f"queued (HTTP {resp['StatusCode']})")
+        return 0
+    print(resp["Payload"].read().decode())
+    if args.log and resp.get("LogResult"):
+        print(base64.b64decode(resp["LogResult"]).decode(), file=sys.stderr, end="")
+    if resp.get("FunctionError"):
+        print(f"function error: {resp['FunctionError']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    ak, sk = _keys(args)
+    print(emulator_call(_endpoint(args), "GET", f"/_emulator/logs/{args.name}?lines={args.lines}", args.region, ak, sk).decode(), end="")
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    ak, sk = _keys(args)
+    endpoint = _endpoint(args)
+    emulator_call(endpoint, "POST", "/_emulator/shutdown", args.region, ak, sk)
+    print(f"stopping the emulator at {endpoint}")
+    return 0
+
+
+# -- parser -------------------------------------------------------------------
+
+
+def _common(p: argparse.ArgumentParser, client: bool = True) -> None:
+    p.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help="the emulator's state directory (functions, logs, endpoint.json)")
+    p.add_argument("--region", default="us-east-1", help="region name used in ARNs and signatures")
+    p.add_argument("--access-key", default=None, help="access key id (default: $ROLL_AGENTIC_SERVERLESS_ACCESS_KEY)")
+    p.add_argument("--secret-key", default=None, help="secret key (default: $ROLL_AGENTIC_SERVERLESS_SECRET_KEY)")
+    if client:
+        p.add_argument("--endpoint-url", default=None, help="the Lambda endpoint (default: the emulator last started with --state-dir)")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Adds `serverless` with its sub-commands to an argparse subparsers object."""
+    sp = subparsers.add_parser("serverless", help="the local AWS Lambda emulator and reward deployment",
+                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = sp.add_subparsers(dest="serverless_cmd", required=True)
+
+    p = sub.add_parser("start", help="run the emulator in the foreground (until `stop` or Ctrl-C)")
+    _common(p, client=False)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback only unless --allow-remote)")
+    p.add_argument("--port", type=int, default=9001, help="port to listen on (0 = any free port)")
+    p.add_argument("--account-concurrency", type=int, default=1000, help="account-wide concurrent executions (AWS default 1000)")
+    p.add_argument("--keep-alive", type=float, default=300.0, help="seconds an idle execution environment stays warm")
+    p.add_argument("--event-retry-delay", type=float, default=1.0, help="seconds before retrying a failed Event invocation (doubles)")
+    p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host (the emulator runs any code it is sent)")
+    p.set_defaults(func=cmd_start)
+
+    p = sub.add_parser("deploy", help="zip a module (e.g. rewards/code_exec.py) or directory and create or update the function")
+    _common(p)
+    p.add_argument("path", help="a .py module (handler `<module>.handler`) or a directory (give --handler)")
+    p.add_argument("--name", default=None, help="function name (default: roll-agentic-<module>)")
+    p.add_argument("--handler", default=None, help="handler as module.function (default: <module>.handler)")
+    p.add_argument("--memory", type=int, default=None, help="MemorySize in MB (default: LAMBDA_MEMORY_MB in the module, else 256)")
+    p.add_argument("--timeout", type=int, default=None, help="Timeout in s (default: LAMBDA_TIMEOUT_S in the module, else 30)")
+    p.set_defaults(func=cmd_deploy)
+
+    p = sub.add_parser("list", help="deployed functions with their meters (invocations, cold starts, cost)")
+    _common(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("invoke", help="invoke a function and print its response")
+    _common(p)
+    p.add_argument("name", help="function name")
+    p.add_argument("--payload", default="{}", help="the event as JSON")
+    p.add_argument("--event", action="store_true", help="asynchronous invocation (InvocationType=Event)")
+    p.add_argument("--log", action="store_true", help="print the log tail (with its REPORT line) to stderr")
+    p.set_defaults(func=cmd_invoke)
+
+    p = sub.add_parser("logs", help="the last lines of a function's log")
+    _common(p)
+    p.add_argument("name", help="function name")
+    p.add_argument("--lines", type=int, default=50, help="how many lines")
+    p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser("stop", help="stop the running emulator")
+    _common(p)
+    p.set_defaults(func=cmd_stop)
+    return sp
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m serverless.cli")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    add_parser(sub)
+    args = parser.parse_args(["serverless", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""Packaging a reward module (or any handler directory) and deploying it through boto3.
+
+`deploy` creates the function, or updates its code and configuration, and
+then waits with boto3's own waiters (function_active_v2 /
+function_updated_v2), so the same code deploys to the emulator and to AWS.
+A module may declare its Lambda settings as top-level constants, read here
+without importing it: `LAMBDA_MEMORY_MB = 512`, `LAMBDA_TIMEOUT_S = 60`.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import os
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_REGION = "us-east-1"
+PLACEHOLDER_KEY = "roll-agentic-local"  # any credentials work against an emulator started without them
+DEFAULT_ROLE = "arn:aws:iam::000000000000:role/roll-agentic-reward"
+
+
+@dataclass
+class DeploySpec:
+    name: str
+    zip_bytes: bytes
+    handler: str
+    memory_mb: int = 256
+    timeout_s: int = 30
+    environment: dict[str, str] = field(default_factory=dict)
+    runtime: str = "python3.11"
+
+
+def lambda_client(
+    endpoint_url: str | None,
+    region: str = DEFAULT_REGION,
+    access_key: str | None = None,
+    secret_key: str | None = None,
+    read_timeout_s: float = 60.0,
+    max_pool_connections: int = 10,
+    max_attempts: int = 1,
+) -> Any:
+    """A boto3 Lambda client. Without credentials anywhere, uses a placeholder pair (fine for
+    an emulator that checks no signatures); `max_attempts=1` leaves retrying to the caller."""
+    import boto3
+    from botocore.config import Config
+
+    session = boto3.session.Session()
+    if access_key is None and session.get_credentials() is None:
+        access_key = secret_key = PLACEHOLDER_KEY
+    config = Config(
+        retries={"total_max_attempts": max_attempts, "mode": "standard"},
+        read_timeout=read_timeout_s,
+        connect_timeout=5,
+        max_pool_connections=max_pool_connections,
+        tcp_keepalive=True,
+    )
+    return session.client(
+        "lambda", endpoint_url=endpoint_url or None, region_name=region,
+        aws_access_key_id=access_key, aws_secret_access_key=secret_key, config=config,
+    )
+
+
+def zip_path(path: Path) -> bytes:
+    """A zip of one module file (at the archive root) or of a directory's contents."""
+    path = Path(path)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        if path.is_file():
+            zf.write(path, path.name)
+        elif path.is_dir():
+            for f in sorted(path.rglob("*")):
+                if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc":
+                    zf.write(f, f.relative_to(path).as_posix())
+        else:
+            raise FileNotFoundError(f"nothing to deploy at {path}: expected a .py module or a directory")
+    return buf.getvalue()
+
+
+def module_settings(path: Path) -> dict[str, int]:
+    """LAMBDA_MEMORY_MB / LAMBDA_TIMEOUT_S constants declared at a module's top level."""
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    out: dict[str, int] = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            key = node.targets[0].id
+            if key in ("LAMBDA_MEMORY_MB", "LAMBDA_TIMEOUT_S") and isinstance(node.value, ast.Constant):
+                out[key] = int(node.value.value)
+    return out
+
+
+def spec_for(path: Path, name: str | None = None, prefix: str = "roll-agentic-", handler: str | None = None,
+             memory_mb: int | None = None, timeout_s: int | None = None) -> DeploySpec:
+    """What to deploy for `rewards/<module>.py` (or a directory with `handler` given)."""
+    path = Path(path)
+    if not path.exists() and path.with_suffix(".py").is_file():
+        path = path.with_suffix(".py")
+    stem = path.stem if path.is_file() else path.name
+    settings = module_settings(path)
+    return DeploySpec(
+        name=name or f"{prefix}{stem}",
+        zip_bytes=zip_path(path),
+        handler=handler or f"{stem}.handler",
+        memory_mb=memory_mb or settings.get("LAMBDA_MEMORY_MB", 256),
+        timeout_s=timeout_s or settings.get("LAMBDA_TIMEOUT_S", 30),
+    )
+
+
+def deploy(client: Any, spec: DeploySpec, wait_delay_s: float = 0.2, wait_attempts: int = 300) -> dict:
+    """Creates or updates the function and waits until it is Active; returns its configuration."""
+    waiter_cfg = {"Delay": wait_delay_s, "MaxAttempts": wait_attempts}
+    try:
+        current = client.get_function(FunctionName=spec.name)["Configuration"]
+    except client.exceptions.ResourceNotFoundException:
+        current = None
+    if current is None:
+        client.create_function(
+            FunctionName=spec.name, Runtime=spec.runtime, Role=DEFAULT_ROLE, Handler=spec.handler,
+            Code={"ZipFile": spec.zip_bytes}, Timeout=spec.timeout_s, MemorySize=spec.memory_mb,
+            Environment={"Variables": spec.environment},
+        )
+        client.get_waiter("function_active_v2").wait(FunctionName=spec.name, WaiterConfig=waiter_cfg)
+    else:
+        client.update_function_code(FunctionName=spec.name, ZipFile=spec.zip_bytes)
+        client.get_waiter("function_updated_v2").wait(FunctionName=spec.name, WaiterConfig=waiter_cfg)
+        wanted = {"Handler": spec.handler, "Timeout": spec.timeout_s, "MemorySize": spec.memory_mb}
+        if any(current.get(k) != v for k, v in wanted.items()) or (current.get("Environment") or {}).get("Variables", {}) != spec.environment:
+            client.update_function_configuration(FunctionName=spec.name, Environment={"Variables": spec.environment}, **wanted)
+            client.get_waiter("function_updated_v2").wait(FunctionName=spec.name, WaiterConfig=waiter_cfg)
+    return client.get_function_configuration(FunctionName=spec.name)
+
+
+def env_credentials() -> tuple[str | None, str | None]:
+    """The emulator's own credentials from the environment, if set (both or neither)."""
+    ak = os.environ.get("ROLL_AGENTIC_SERVERLESS_ACCESS_KEY")
+    sk = os.environ.get("ROLL_AGENTIC_SERVERLESS_SECRET_KEY")
+    return (ak, sk) if ak and sk else (None, None)

@@ -1,0 +1,206 @@
+"""Execution environments: one worker process each, kept warm and reused.
+
+An environment goes starting -> ready <-> running -> stopped. A ready one is
+reused for the next invocation of the same code version (a warm start); a
+new one pays the process start and the handler's import (a cold start). The
+pool evicts environments idle for longer than the keep-alive, replaces one
+whose invocation timed out (the process is killed), and drops those of an
+older code version when the function's code changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from serverless.functions import FunctionRecord
+
+_HEADER = struct.Struct(">I")
+PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
+INIT_LIMIT_S = 10.0  # Lambda's limit on the init phase, on top of the function timeout
+
+
+class InitError(Exception):
+    """The handler could not be loaded; `error` is Lambda's error object for the caller."""
+
+    def __init__(self, error: dict, init_ms: float) -> None:
+        super().__init__(error.get("errorMessage", "init failed"))
+        self.error = error
+        self.init_ms = init_ms
+
+
+class WorkerDied(Exception):
+    """The worker process exited in the middle of an invocation."""
+
+
+@dataclass(eq=False)  # identity semantics: environments live in sets
+class Environment:
+    function: str
+    code_tag: str
+    proc: asyncio.subprocess.Process
+    init_ms: float = 0.0
+    state: str = "starting"  # starting -> ready <-> running -> stopped
+    last_used: float = field(default_factory=time.monotonic)
+    invocations: int = 0
+
+    async def invoke(self, msg: dict, timeout_s: float) -> dict:
+        """Sends one invocation and waits for its reply; raises TimeoutError or WorkerDied."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.state = "running"
+        data = json.dumps(msg).encode()
+        self.proc.stdin.write(_HEADER.pack(len(data)) + data)
+        try:
+            reply = await asyncio.wait_for(self._read(), timeout_s)
+        except (asyncio.IncompleteReadError, ConnectionError, BrokenPipeError) as e:
+            self.kill()
+            raise WorkerDied(f"the execution environment exited (code {self.proc.returncode})") from e
+        except TimeoutError:
+            self.kill()
+            raise
+        self.invocations += 1
+        self.state = "ready"
+        self.last_used = time.monotonic()
+        return reply
+
+    async def _read(self) -> dict:
+        assert self.proc.stdout is not None
+        head = await self.proc.stdout.readexactly(4)
+        return json.loads(await self.proc.stdout.readexactly(_HEADER.unpack(head)[0]))
+
+    def kill(self) -> None:
+        self.state = "stopped"
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+
+    @property
+    def alive(self) -> bool:
+        return self.state != "stopped" and self.proc.returncode is None
+
+
+class EnvironmentPool:
+    """Ready environments per function, started on demand and evicted when idle."""
+
+    def __init__(self, region: str, log_dir: Path, keep_alive_s: float = 300.0) -> None:
+        self.region = region
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.keep_alive_s = keep_alive_s
+        self.idle: dict[str, list[Environment]] = {}
+        self.busy: set[Environment] = set()
+        self._reaper: asyncio.Task | None = None
+        self._waiters: set[asyncio.subprocess.Process] = set()
+
+    def start_reaper(self) -> None:
+        self._reaper = asyncio.get_running_loop().create_task(self._reap_forever())
+
+    async def acquire(self, rec: FunctionRecord, code_dir: Path) -> tuple[Environment, bool]:
+        """A ready environment for `rec` and whether it was a cold start."""
+        stack = self.idle.get(rec.name, [])
+        while stack:
+            env = stack.pop()  # most recently used first: lets the others age out
+            if env.alive and env.code_tag == rec.code_tag:
+                env.state = "running"
+                self.busy.add(env)
+                return env, False
+            env.kill()
+        env = await self._start(rec, code_dir)
+        self.busy.add(env)
+        return env, True
+
+    def release(self, env: Environment, current_tag: str | None) -> None:
+        """Returns an environment after an invocation; a stale or dead one is stopped."""
+        self.busy.discard(env)
+        if env.alive and env.code_tag == current_tag:
+            env.state = "ready"
+            self.idle.setdefault(env.function, []).append(env)
+        else:
+            env.kill()
+
+    def drop_function(self, name: str, keep_tag: str | None = None) -> None:
+        """Stops the idle environments of `name` (all of them, or those not on `keep_tag`)."""
+        for env in self.idle.pop(name, []):
+            if keep_tag is not None and env.alive and env.code_tag == keep_tag:
+                self.idle.setdefault(name, []).append(env)
+            else:
+                env.kill()
+
+    def counts(self, name: str) -> dict[str, int]:
+        return {
+            "ready": sum(e.alive for e in self.idle.get(name, [])),
+            "running": sum(e.function == name for e in self.busy),
+        }
+
+    async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+        envs = [e for stack in self.idle.values() for e in stack] + list(self.busy)
+        self.idle.clear()
+        for env in envs:
+            env.kill()
+        for env in envs:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(env.proc.wait(), 5)
+
+    # -- internals ------------------------------------------------------------
+
+    async def _start(self, rec: FunctionRecord, code_dir: Path) -> Environment:
+        env_vars = {k: v for k, v in os.environ.items() if not k.startswith("ROLL_AGENTIC_SERVERLESS_")}
+        env_vars.update(rec.environment)
+        env_vars.update(
+            {
+                "AWS_LAMBDA_FUNCTION_NAME": rec.name,
+                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(rec.memory_mb),
+                "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+                "AWS_REGION": self.region,
+                "AWS_DEFAULT_REGION": self.region,
+                "LAMBDA_TASK_ROOT": str(code_dir),
+                "_HANDLER": rec.handler,
+                "ROLL_AGENTIC_FUNCTION_ARN": f"arn:aws:lambda:{self.region}:000000000000:function:{rec.name}",
+                "ROLL_AGENTIC_PROJECT_ROOT": PROJECT_ROOT,
+                "PYTHONPATH": PROJECT_ROOT,  # so that `-m serverless.worker` resolves
+                "PYTHONDONTWRITEBYTECODE": "1",
+            }
+        )
+        t0 = time.perf_counter()
+        with open(self.log_dir / f"{rec.name}.log", "ab") as log:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "serverless.worker",
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log,
+                env=env_vars, cwd=str(code_dir), start_new_session=True,
+            )
+        env = Environment(function=rec.name, code_tag=rec.code_tag, proc=proc)
+        try:
+            ready = await asyncio.wait_for(env._read(), INIT_LIMIT_S + rec.timeout_s)
+        except (asyncio.IncompleteReadError, TimeoutError, ValueError) as e:
+            env.kill()
+            await proc.wait()
+            raise InitError(
+                {"errorType": "Runtime.ExitError", "errorMessage": f"RequestId: init Error: Runtime exited before it was ready ({type(e).__name__})"},
+                (time.perf_counter() - t0) * 1000.0,
+            ) from None
+        env.init_ms = (time.perf_counter() - t0) * 1000.0  # what the caller waited: process start + import
+        if ready.get("error"):
+            env.kill()
+            await proc.wait()
+            raise InitError(ready["error"], env.init_ms)
+        env.state = "ready"
+        return env
+
+    async def _reap_forever(self) -> None:
+        while True:
+            await asyncio.sleep(min(1.0, self.keep_alive_s / 4))
+            now = time.monotonic()
+            for stack in self.idle.values():
+                # No await in this loop: an environment released meanwhile must not be lost.
+                expired = [e for e in stack if not e.alive or now - e.last_used > self.keep_alive_s]
+                stack[:] = [e for e in stack if e not in expired]
+                for env in expired:
+                    env.kill()  # asyncio's child watcher reaps the exited process

@@ -1,0 +1,195 @@
+"""One invocation end to end: lease, environment, timeout, log, meters; and the Event queue.
+
+The synchronous path is the hot one (a warm invoke should cost a few ms):
+a dict lookup for the lease, a pop from the ready stack, one pipe round trip
+to the worker and a formatted REPORT line. Event invocations are queued and
+run in the background; a failing one is retried up to twice more (AWS waits
+1 and 2 minutes; the emulator waits `event_retry_delay_s` and twice that)
+and a throttled one waits and tries again without using up an attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from serverless import errors
+from serverless.concurrency import ConcurrencyLimiter
+from serverless.environments import EnvironmentPool, InitError, WorkerDied
+from serverless.functions import FunctionRecord, FunctionStore
+from serverless.meters import Meters
+
+LOG_TAIL_BYTES = 4096
+EVENT_MAX_ATTEMPTS = 3  # the first try and two retries
+EVENT_MAX_THROTTLE_WAITS = 200
+
+
+@dataclass
+class InvokeResult:
+    request_id: str
+    payload: bytes
+    function_error: str | None  # "Unhandled" when the function failed, else None
+    log: str  # this invocation's log, START to REPORT
+    cold: bool
+
+    def log_tail_b64(self) -> str:
+        return base64.b64encode(self.log.encode()[-LOG_TAIL_BYTES:]).decode()
+
+
+def _report(rid: str, duration_ms: float, billed: int, memory_mb: int, used_mb: int, init_ms: float | None) -> str:
+    line = (
+        f"REPORT RequestId: {rid}\tDuration: {duration_ms:.2f} ms\tBilled Duration: {billed} ms\t"
+        f"Memory Size: {memory_mb} MB\tMax Memory Used: {used_mb} MB\t"
+    )
+    if init_ms is not None:
+        line += f"Init Duration: {init_ms:.2f} ms\t"
+    return line + "\n"
+
+
+class Invoker:
+    def __init__(
+        self,
+        store: FunctionStore,
+        pool: EnvironmentPool,
+        limiter: ConcurrencyLimiter,
+        meters: Meters,
+        log_dir: Path,
+        event_retry_delay_s: float = 1.0,
+        max_events_in_flight: int = 64,
+    ) -> None:
+        self.store, self.pool, self.limiter, self.meters = store, pool, limiter, meters
+        self.log_dir = Path(log_dir)
+        self.event_retry_delay_s = event_retry_delay_s
+        self._event_slots = asyncio.Semaphore(max_events_in_flight)
+        self._event_tasks: set[asyncio.Task] = set()
+        self._logs: dict[str, object] = {}
+
+    # -- synchronous ----------------------------------------------------------
+
+    async def invoke(self, rec: FunctionRecord, payload: str) -> InvokeResult:
+        """Runs the function once; raises a 429 LambdaError when throttled."""
+        meter = self.meters.of(rec.name)
+        try:
+            lease = self.limiter.acquire(rec.name)
+        except errors.LambdaError:
+            meter.throttles += 1
+            raise
+        try:
+            return await self._run(rec, payload)
+        finally:
+            self.limiter.release(lease)
+
+    async def _run(self, rec: FunctionRecord, payload: str) -> InvokeResult:
+        rid = str(uuid.uuid4())
+        meter = self.meters.of(rec.name)
+        try:
+            env, cold = await self.pool.acquire(rec, self.store.code_dir(rec))
+        except InitError as e:
+            # Lambda reports a failed init on the invocation that triggered it.
+            error = {**e.error, "requestId": rid}
+            log = f"START RequestId: {rid} Version: $LATEST\n{e.error.get('errorType')}: {e.error.get('errorMessage')}\n"
+            billed = meter.record(0.0, rec.memory_mb, True, e.init_ms, error=True)
+            log += f"END RequestId: {rid}\n" + _report(rid, 0.0, billed, rec.memory_mb, 0, e.init_ms)
+            return self._finish(rec, rid, _json(error), "Unhandled", log, True)
+        msg = {"id": rid, "payload": payload, "deadline": time.time() + rec.timeout_s}
+        error: dict | None = None
+        body = b""
+        logs = ""
+        used_mb = 0
+        try:
+            reply = await env.invoke(msg, float(rec.timeout_s))
+            duration_ms, used_mb, logs = reply["duration_ms"], reply["max_rss_mb"], reply["logs"]
+            if used_mb > rec.memory_mb:
+                env.kill()  # Lambda stops an environment that went over its memory
+                error = {"errorType": "Runtime.OutOfMemory", "errorMessage": f"RequestId: {rid} Error: Runtime exited with error: signal: killed (Max Memory Used {used_mb} MB > MemorySize {rec.memory_mb} MB)"}
+            elif reply["ok"]:
+                body = reply["payload"].encode()
+            else:
+                error = reply["payload"]
+        except TimeoutError:
+            meter.timeouts += 1
+            duration_ms = rec.timeout_s * 1000.0
+            logs = f"{time.strftime('%Y-%m-%dT%H:%M:%S.000Z', time.gmtime())} {rid} Task timed out after {rec.timeout_s:.2f} seconds\n"
+            error = {"errorType": "Sandbox.Timedout", "errorMessage": f"RequestId: {rid} Error: Task timed out after {rec.timeout_s:.2f} seconds"}
+        except WorkerDied as e:
+            duration_ms = 0.0
+            error = {"errorType": "Runtime.ExitError", "errorMessage": f"RequestId: {rid} Error: Runtime exited with error: {e}"}
+        finally:
+            current = self.store.functions.get(rec.name)
+            self.pool.release(env, current.code_tag if current is not None else None)
+        if error is not None:
+            error.setdefault("requestId", rid)
+            body = _json(error)
+        init_ms = env.init_ms if cold else None
+        billed = meter.record(duration_ms, rec.memory_mb, cold, env.init_ms, error=error is not None)
+        log = (
+            f"START RequestId: {rid} Version: $LATEST\n{logs}END RequestId: {rid}\n"
+            + _report(rid, duration_ms, billed, rec.memory_mb, used_mb, init_ms)
+        )
+        return self._finish(rec, rid, body, "Unhandled" if error is not None else None, log, cold)
+
+    def _finish(self, rec: FunctionRecord, rid: str, body: bytes, ferr: str | None, log: str, cold: bool) -> InvokeResult:
+        f = self._logs.get(rec.name)
+        if f is None:
+            f = self._logs[rec.name] = open(self.log_dir / f"{rec.name}.log", "a", buffering=1)  # noqa: SIM115
+        f.write(log)
+        return InvokeResult(rid, body, ferr, log, cold)
+
+    def forget(self, name: str) -> None:
+        f = self._logs.pop(name, None)
+        if f is not None:
+            f.close()
+
+    # -- asynchronous (InvocationType=Event) ----------------------------------
+
+    def submit_event(self, name: str, payload: str) -> str:
+        rid = str(uuid.uuid4())
+        task = asyncio.get_running_loop().create_task(self._run_event(name, payload))
+        self._event_tasks.add(task)
+        task.add_done_callback(self._event_tasks.discard)
+        return rid
+
+    @property
+    def events_pending(self) -> int:
+        return len(self._event_tasks)
+
+    async def _run_event(self, name: str, payload: str) -> None:
+        attempts, waits = 0, 0
+        async with self._event_slots:
+            while attempts < EVENT_MAX_ATTEMPTS:
+                rec = self.store.functions.get(name)
+                if rec is None:
+                    return  # deleted while queued: nothing to run
+                try:
+                    result = await self.invoke(rec, payload)
+                except errors.LambdaError:
+                    waits += 1
+                    if waits > EVENT_MAX_THROTTLE_WAITS:
+                        return
+                    await asyncio.sleep(min(2.0, 0.05 * 2 ** min(waits, 6)))
+                    continue
+                attempts += 1
+                if result.function_error is None:
+                    return
+                if attempts < EVENT_MAX_ATTEMPTS:
+                    self.meters.of(name).event_retries += 1
+                    await asyncio.sleep(self.event_retry_delay_s * attempts)
+
+    async def close(self) -> None:
+        for task in list(self._event_tasks):
+            task.cancel()
+        for task in list(self._event_tasks):
+            with contextlib.suppress(BaseException):
+                await task
+        for name in list(self._logs):
+            self.forget(name)
+
+
+def _json(obj: dict) -> bytes:
+    return json.dumps(obj).encode()

@@ -1,0 +1,73 @@
+"""Starting and stopping the emulator process: bind, record the endpoint, serve, clean up.
+
+The chosen endpoint is written to `<state_dir>/endpoint.json` (with this
+process's pid) once the socket listens: `roll-agentic serverless ...`
+commands default to it, and a parent that started us with `--port 0` reads
+the port from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from aiohttp import web
+
+from serverless.server import ENDPOINT_FILE, Emulator, ServerConfig, is_loopback
+
+
+def read_endpoint(state_dir: Path) -> dict | None:
+    try:
+        return json.loads((Path(state_dir) / ENDPOINT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+async def serve(cfg: ServerConfig) -> None:
+    if not cfg.allow_remote and not is_loopback(cfg.host):
+        raise SystemExit(
+            f"refusing to listen on {cfg.host}: the emulator runs code it is sent and has no isolation "
+            "beyond a process; use 127.0.0.1, or pass --allow-remote if you really mean it"
+        )
+    Path(cfg.state_dir).mkdir(parents=True, exist_ok=True)
+    emulator = Emulator(cfg)
+    runner = web.AppRunner(emulator.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, cfg.host, cfg.port, reuse_address=True)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # the real port when asked for 0
+    host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
+    endpoint = f"http://{host}:{port}"
+    emulator.pool.start_reaper()
+    record = Path(cfg.state_dir) / ENDPOINT_FILE
+    tmp = record.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"endpoint_url": endpoint, "pid": os.getpid(), "started_at": time.time()}))
+    os.replace(tmp, record)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, emulator.stop_event.set)
+    print(f"serverless emulator listening on {endpoint} (state dir {cfg.state_dir})", flush=True)
+    try:
+        await emulator.stop_event.wait()
+    finally:
+        await emulator.close()
+        await runner.cleanup()
+        mine = read_endpoint(Path(cfg.state_dir))
+        if mine and mine.get("pid") == os.getpid():
+            with contextlib.suppress(OSError):
+                record.unlink()
+
+
+def run(cfg: ServerConfig) -> None:
+    """Serves until SIGTERM/SIGINT or POST /_emulator/shutdown; uses uvloop where installed."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(serve(cfg))
+    else:
+        uvloop.run(serve(cfg))

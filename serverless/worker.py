@@ -1,0 +1,166 @@
+"""The runtime inside one execution environment: a child process per environment.
+
+Started as `python -m serverless.worker`, it limits its own memory, imports
+the function's handler once (the init phase, timed for `Init Duration`) and
+then serves invocations one at a time, for as long as the emulator keeps it
+warm. It talks to the emulator over its stdin/stdout with length-prefixed
+JSON frames (4-byte big-endian length, then UTF-8 JSON): a pipe round trip
+costs tens of microseconds, which is what keeps a warm invoke in the low
+milliseconds. The handler's own output is captured per invocation for the
+log tail; anything written straight to file descriptor 1 goes to stderr (the
+function's log file) so it can never corrupt the protocol.
+
+Memory: Lambda's MemorySize is the resident limit. RLIMIT_AS (address space)
+is set to MemorySize + ADDRESS_SPACE_ALLOWANCE_MB, because address space
+counts what is mapped but never touched (importing torch maps ~650 MB of
+shared libraries while using ~225 MB); the allowance keeps `import torch`
+possible while still stopping a runaway allocation with a MemoryError. The
+resident peak is sent back after every invocation and the emulator fails an
+invocation whose peak exceeded MemorySize, as Lambda would.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import os
+import resource
+import struct
+import sys
+import time
+import traceback
+
+ADDRESS_SPACE_ALLOWANCE_MB = 1024
+_HEADER = struct.Struct(">I")
+
+
+def read_frame(fd: int) -> dict | None:
+    head = _read_exactly(fd, 4)
+    if head is None:
+        return None
+    body = _read_exactly(fd, _HEADER.unpack(head)[0])
+    return None if body is None else json.loads(body)
+
+
+def _read_exactly(fd: int, n: int) -> bytes | None:
+    chunks, got = [], 0
+    while got < n:
+        chunk = os.read(fd, n - got)
+        if not chunk:
+            return None  # the emulator closed the pipe: time to exit
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def write_frame(out, msg: dict) -> None:
+    data = json.dumps(msg).encode()
+    out.write(_HEADER.pack(len(data)) + data)
+    out.flush()
+
+
+class LambdaContext:
+    """The `context` argument of a handler, with the attributes Lambda's Python runtime has."""
+
+    def __init__(self, request_id: str, deadline: float) -> None:
+        self.function_name = os.environ.get("AWS_LAMBDA_FUNCTION_NAME", "")
+        self.function_version = "$LATEST"
+        self.invoked_function_arn = os.environ.get("ROLL_AGENTIC_FUNCTION_ARN", "")
+        self.memory_limit_in_mb = int(os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128"))
+        self.aws_request_id = request_id
+        self.log_group_name = f"/aws/lambda/{self.function_name}"
+        self.log_stream_name = "local"
+        self._deadline = deadline
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.time()) * 1000))
+
+
+def _error(etype: str, message: str, exc: BaseException | None = None, skip: int = 0) -> dict:
+    tb = exc.__traceback__ if exc is not None else None
+    for _ in range(skip):  # drop this runtime's own frames: the caller wants the function's
+        tb = tb.tb_next if tb is not None else None
+    stack = traceback.format_tb(tb) if tb is not None else []
+    return {"errorMessage": message, "errorType": etype, "stackTrace": [s.rstrip() for s in stack]}
+
+
+def _load_handler(spec: str):
+    """Imports `module.function`; returns (handler, None) or (None, Lambda's init error)."""
+    module_name, _, func_name = spec.rpartition(".")
+    if not module_name or not func_name:
+        return None, _error("Runtime.MalformedHandlerName", f"Bad handler '{spec}': not enough values to unpack (expected 2, got 1)")
+    try:
+        module = importlib.import_module(module_name)
+    except SyntaxError as e:
+        return None, _error("Runtime.UserCodeSyntaxError", f"Syntax error in module '{module_name}': {e}", e)
+    except ImportError as e:
+        return None, _error("Runtime.ImportModuleError", f"Unable to import module '{module_name}': {e}", e)
+    except Exception as e:  # noqa: BLE001 - any failure of user init code is reported, not raised
+        return None, _error(type(e).__name__, str(e), e)
+    handler = getattr(module, func_name, None)
+    if not callable(handler):
+        return None, _error("Runtime.HandlerNotFound", f"Handler '{func_name}' missing on module '{module_name}'")
+    return handler, None
+
+
+def _invoke(handler, msg: dict) -> dict:
+    captured = io.StringIO()
+    real_out, real_err = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = captured
+    fatal = False
+    t0 = time.perf_counter()
+    try:
+        event = json.loads(msg["payload"]) if msg["payload"] else {}
+        result = handler(event, LambdaContext(msg["id"], msg["deadline"]))
+        try:
+            out = {"ok": True, "payload": json.dumps(result)}
+        except (TypeError, ValueError) as e:
+            out = {"ok": False, "payload": _error("Runtime.MarshalError", f"Unable to marshal response: {e}")}
+    except MemoryError as e:
+        fatal = True  # the heap may be in any state: do not reuse this environment
+        out = {"ok": False, "payload": _error("Runtime.OutOfMemory", f"MemoryError: {e}", e)}
+    except Exception as e:  # noqa: BLE001 - the handler's exception is the function's error
+        print(f"[ERROR] {type(e).__name__}: {e}")
+        print("".join(traceback.format_exception(e)[-40:]), end="")
+        out = {"ok": False, "payload": _error(type(e).__name__, str(e), e, skip=1)}
+    finally:
+        sys.stdout, sys.stderr = real_out, real_err
+    out["duration_ms"] = (time.perf_counter() - t0) * 1000.0
+    out["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    out["logs"] = captured.getvalue()[-8192:]
+    out["fatal"] = fatal
+    return out
+
+
+def main() -> int:
+    t_start = time.perf_counter()
+    memory_mb = int(os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128"))
+    limit = (memory_mb + ADDRESS_SPACE_ALLOWANCE_MB) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    proto_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # stray writes to fd 1 (a child process, a C library) land in the log
+    task_root = os.environ["LAMBDA_TASK_ROOT"]
+    os.chdir(task_root)
+    # The function sees its own code first and none of the emulator's packages.
+    project_root = os.environ.pop("ROLL_AGENTIC_PROJECT_ROOT", "")
+    sys.path[:] = [task_root] + [p for p in sys.path if p not in ("", ".", project_root)]
+    for name in [m for m in sys.modules if m == "serverless" or m.startswith("serverless.")]:
+        if name != "__main__":
+            del sys.modules[name]
+    handler, init_error = _load_handler(os.environ["_HANDLER"])
+    write_frame(proto_out, {"type": "ready", "init_ms": (time.perf_counter() - t_start) * 1000.0, "error": init_error})
+    if init_error is not None:
+        return 1
+    while True:
+        msg = read_frame(0)
+        if msg is None:
+            return 0
+        out = _invoke(handler, msg)
+        write_frame(proto_out, out)
+        if out["fatal"]:
+            return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
