@@ -1,0 +1,26 @@
+# roll-agentic: the two quick-start commands and a few helpers.
+# Each target does its own set-up first (idempotent: a second call skips it).
+VENV := .venv
+PY := $(VENV)/bin/python
+ARGS ?=
+
+.PHONY: setup run test test-fast lint bench clean
+
+setup:
+	@bash scripts/setup.sh
+	@$(PY) -m roll_agentic.cli model tiny --out .cache/tiny-model >/dev/null
+
+run: setup  ## train the default two-task agent on this machine (CPU is fine)
+	$(VENV)/bin/roll-agentic train $(ARGS)
+
+test: setup  ## the whole test suite, slow end-to-end tests included
+	$(PY) -m pytest -q tests $(ARGS)
+
+test-fast: setup  ## everything but the tests marked slow
+	$(PY) -m pytest -q -m "not slow" tests $(ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf outputs .pytest_cache .ruff_cache

@@ -1,0 +1,114 @@
+"""Any gymnasium env with a `Discrete` action space, spoken to in text.
+
+Observation -> text: the env's ansi render when it has one, else a readable
+dump of the observation. Reply -> action: an action name (from the env's own
+action meanings or a table of well-known envs) or an index. A reply that
+names no action is an invalid action: the env is not stepped.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+# Action names of gymnasium's toy-text envs, in their action-index order.
+KNOWN_ACTION_NAMES: dict[str, list[str]] = {
+    "FrozenLake": ["left", "down", "right", "up"],
+    "CliffWalking": ["up", "right", "down", "left"],
+    "Taxi": ["south", "north", "east", "west", "pickup", "dropoff"],
+    "Blackjack": ["stick", "hit"],
+}
+_ANSI_SPAN = re.compile(r"\x1b\[[0-9;]*m([^\x1b]*)\x1b\[0m")
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def strip_ansi(frame: str) -> str:
+    """Ansi renders mark the agent with colour; keep that mark as [X] in plain text."""
+    return _ANSI_ESCAPE.sub("", _ANSI_SPAN.sub(r"[\1]", frame))
+
+
+def _action_names(env: gym.Env) -> list[str]:
+    n = int(env.action_space.n)
+    meanings = getattr(env.unwrapped, "get_action_meanings", None)
+    if callable(meanings):
+        names = [str(m).lower() for m in meanings()]
+        if len(names) == n:
+            return names
+    spec_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
+    for prefix, names in KNOWN_ACTION_NAMES.items():
+        if spec_id.startswith(prefix) and len(names) == n:
+            return names
+    return [str(i) for i in range(n)]
+
+
+def describe_observation(obs: Any) -> str:
+    """A readable dump of an observation of any gymnasium space."""
+    if isinstance(obs, str):
+        return obs
+    if isinstance(obs, dict):
+        return "\n".join(f"{k}: {describe_observation(v)}" for k, v in obs.items())
+    if isinstance(obs, tuple):
+        return " ".join(describe_observation(v) for v in obs)
+    if isinstance(obs, np.ndarray):
+        return np.array2string(obs, precision=2, separator=" ", max_line_width=80)
+    if isinstance(obs, (float, np.floating)):
+        return f"{float(obs):.3g}"
+    return str(obs)
+
+
+class DiscreteTextAdapter(gym.Env):
+    """Wraps a Discrete-action env so observations and actions are text."""
+
+    def __init__(self, env: gym.Env):
+        if not isinstance(env.action_space, gym.spaces.Discrete):
+            raise TypeError(
+                f"DiscreteTextAdapter needs a Discrete action space, got {env.action_space}; "
+                "write a text env (observations and actions as str) for this task instead")
+        self.env = env
+        self.names = _action_names(env)
+        self._use_ansi = getattr(env, "render_mode", None) == "ansi"
+        self.observation_space = gym.spaces.Text(max_length=4096)
+        self.action_space = gym.spaces.Text(max_length=256)
+        alternatives = "|".join(re.escape(n) for n in sorted(self.names, key=len, reverse=True))
+        self._name_re = re.compile(rf"(?<![\w]){'(' + alternatives + ')'}(?![\w])", re.IGNORECASE)
+        self._int_re = re.compile(r"\d+")
+        self._last_text = ""
+
+    @property
+    def action_hint(self) -> str:
+        return "Answer with one of: " + ", ".join(self.names) + "."
+
+    def _render(self, obs: Any) -> str:
+        if self._use_ansi:
+            frame = self.env.render()
+            if isinstance(frame, str) and frame.strip():
+                return strip_ansi(frame).rstrip()
+        return describe_observation(obs)
+
+    def parse_action(self, reply: str) -> int | None:
+        m = self._name_re.search(reply)
+        if m:
+            return [n.lower() for n in self.names].index(m.group(1).lower())
+        m = self._int_re.search(reply)
+        if m and int(m.group()) < len(self.names):
+            return int(m.group())
+        return None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._last_text = f"{self._render(obs)}\n{self.action_hint}"
+        return self._last_text, dict(info)
+
+    def step(self, action: str):
+        index = self.parse_action(action)
+        if index is None:
+            return self._last_text, 0.0, False, False, {"invalid_action": True}
+        obs, reward, terminated, truncated, info = self.env.step(index)
+        self._last_text = f"{self._render(obs)}\n{self.action_hint}"
+        return self._last_text, float(reward), bool(terminated), bool(truncated), dict(info)
+
+    def close(self) -> None:
+        self.env.close()

@@ -1,0 +1,104 @@
+"""Conformance check for text environments, with messages that say what to fix.
+
+`roll-agentic env check ID` runs it. Each check yields a `CheckResult`; a
+failure explains what was expected and what came back.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from envs.adapter import DiscreteTextAdapter
+from envs.registry import EnvSpecError, make_text_env
+
+
+@dataclass
+class CheckResult:
+    name: str
+    ok: bool
+    detail: str
+
+
+def _sample_replies(env: Any) -> list[str]:
+    if isinstance(env, DiscreteTextAdapter):
+        return list(env.names)
+    return ["left", "right", "up", "down", "1", "2", "3", "4", "5", "hello"]
+
+
+def _rollout(env: Any, seed: int, replies: list[str], steps: int) -> list[tuple]:
+    obs, _ = env.reset(seed=seed)
+    out: list[tuple] = [(obs,)]
+    for i in range(steps):
+        obs, reward, terminated, truncated, _ = env.step(replies[i % len(replies)])
+        out.append((obs, reward, terminated, truncated))
+        if terminated or truncated:
+            break
+    return out
+
+
+def check_env(env_id: str, env_kwargs: dict | None = None, seed: int = 0, steps: int = 20) -> list[CheckResult]:
+    results: list[CheckResult] = []
+    try:
+        env = make_text_env(env_id, env_kwargs)
+    except EnvSpecError as err:
+        return [CheckResult("build", False, str(err))]
+    except Exception as err:  # an author's constructor may raise anything
+        return [CheckResult("build", False, f"constructing {env_id!r} raised {type(err).__name__}: {err}")]
+    results.append(CheckResult("build", True, f"built {type(env).__name__}"))
+
+    try:
+        obs, info = env.reset(seed=seed)
+    except Exception as err:
+        results.append(CheckResult("reset types", False, f"reset(seed={seed}) raised {type(err).__name__}: {err}"))
+        return results
+    ok = isinstance(obs, str) and isinstance(info, dict)
+    results.append(CheckResult("reset types", ok, "reset() returns (str, dict)" if ok else
+                               f"reset() must return (str, dict), got ({type(obs).__name__}, {type(info).__name__})"))
+    if not ok:
+        return results
+
+    replies = _sample_replies(env)
+    rng = random.Random(seed)
+    rng.shuffle(replies)
+    step_ok, detail = True, "step() returns (str, float, bool, bool, dict)"
+    try:
+        out = env.step(replies[0])
+    except Exception as err:
+        results.append(CheckResult("step types", False, f"step({replies[0]!r}) raised {type(err).__name__}: {err}"))
+        return results
+    if not (isinstance(out, tuple) and len(out) == 5):
+        step_ok, detail = False, f"step() must return a 5-tuple, got {type(out).__name__} of {len(out) if isinstance(out, tuple) else '?'}"
+    else:
+        o, r, te, tr, inf = out
+        types = (isinstance(o, str), isinstance(r, (int, float)), isinstance(te, bool),
+                 isinstance(tr, bool), isinstance(inf, dict))
+        if not all(types):
+            step_ok = False
+            detail = ("step() must return (str, float, bool, bool, dict), got "
+                      f"({', '.join(type(x).__name__ for x in out)})")
+    results.append(CheckResult("step types", step_ok, detail))
+
+    env.reset(seed=seed)
+    try:
+        o, r, te, tr, inf = env.step("\x00 this reply names no action \ufffd")
+        ok = bool(inf.get("invalid_action"))
+        results.append(CheckResult("unparseable reply", ok, "an unparseable reply is an invalid action" if ok else
+                                   "an unparseable reply must set info['invalid_action']=True (the worker charges a format penalty)"))
+    except Exception as err:
+        results.append(CheckResult("unparseable reply", False,
+                                   f"step() raised {type(err).__name__} on an unparseable reply; return info['invalid_action']=True instead"))
+
+    if isinstance(env, DiscreteTextAdapter):
+        bad = [n for i, n in enumerate(env.names) if env.parse_action(f"I choose {n}.") != i]
+        results.append(CheckResult("text round trip", not bad, "every action name parses back to its index" if not bad
+                                   else f"action names {bad} do not parse back to their own index"))
+
+    a = _rollout(env, seed, replies, steps)
+    b = _rollout(env, seed, replies, steps)
+    same = a == b
+    results.append(CheckResult("determinism", same, f"same seed and replies give the same {len(a)}-step episode" if same
+                               else "two episodes with the same seed and replies differ; seed every random choice from reset(seed=...)"))
+    env.close()
+    return results

@@ -1,0 +1,66 @@
+"""Building a task's environment from configuration alone.
+
+`env_id` is either a registered gymnasium id (`CliffWalking-v1`) or an entry
+point `module:Class`. Text envs are used as they are; envs with a Discrete
+action space are wrapped in `DiscreteTextAdapter`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import gymnasium as gym
+
+from envs.adapter import DiscreteTextAdapter
+
+
+class EnvSpecError(ValueError):
+    """The env of a task cannot be built; the message says why and what to do."""
+
+
+def _is_text_space(space: gym.Space) -> bool:
+    return isinstance(space, gym.spaces.Text)
+
+
+def _load_entry_point(env_id: str) -> type:
+    module_name, _, attr = env_id.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise EnvSpecError(f"env_id {env_id!r}: cannot import module {module_name!r} ({err})") from err
+    cls = getattr(module, attr, None)
+    if cls is None:
+        raise EnvSpecError(f"env_id {env_id!r}: module {module_name!r} has no attribute {attr!r}")
+    return cls
+
+
+def make_text_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
+    """A text env for `env_id`, or EnvSpecError with a message a newcomer can act on."""
+    kwargs = dict(env_kwargs or {})
+    try:
+        if ":" in env_id:
+            env = _load_entry_point(env_id)(**kwargs)
+        else:
+            if env_id not in gym.registry:
+                close = [k for k in gym.registry if k.lower().startswith(env_id.split("-")[0].lower())]
+                hint = f" Did you mean {close[:3]}?" if close else ""
+                raise EnvSpecError(f"env_id {env_id!r} is not a registered gymnasium id.{hint} "
+                                   "Use a registered id or `module:Class`.")
+            env = gym.make(env_id, **kwargs)
+            # An ansi render is the most readable text of a state; envs without
+            # one get their observation dumped by the adapter instead.
+            if "render_mode" not in kwargs and "ansi" in env.metadata.get("render_modes", []):
+                env.close()
+                env = gym.make(env_id, render_mode="ansi", **kwargs)
+    except EnvSpecError:
+        raise
+    except (TypeError, gym.error.Error) as err:
+        raise EnvSpecError(f"env_id {env_id!r}: cannot build it with env_kwargs {kwargs} ({err})") from err
+    if _is_text_space(env.observation_space) and _is_text_space(env.action_space):
+        return env
+    if isinstance(env.action_space, gym.spaces.Discrete):
+        return DiscreteTextAdapter(env)
+    raise EnvSpecError(
+        f"env_id {env_id!r} has action space {env.action_space}; roll-agentic speaks text, so it "
+        "needs text actions or a Discrete action space it can name")

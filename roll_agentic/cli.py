@@ -1,0 +1,118 @@
+"""`roll-agentic`: train, model, env, serverless, sim, bench.
+
+Each subcommand has --help. Training takes Hydra overrides (key=value) after
+`train`; a bad key or value ends the run before any work with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+TRAIN_EPILOG = """\
+overrides are key=value pairs composed over conf/config.yaml, for example:
+  roll-agentic train trainer.total_steps=5 engine=hf algo.alpha=0
+  roll-agentic train 'tasks=[{name:cliff,env_id:CliffWalking-v1}]' trainer.total_steps=2
+  roll-agentic train trainer.resume=true run_name=<run>   # continue a run from its last checkpoint
+config groups: engine=auto|hf|vllm  algo=grpo|sync  reward=local|serverless
+all keys: roll_agentic/config.py (the schema)."""
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from roll_agentic.config import ConfigError
+    from roll_agentic.hydra_config import load_config
+
+    try:
+        cfg = load_config(args.overrides, config_dir=args.config_dir, config_name=args.config_name)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        return 2
+    from roll_agentic.train.job import train
+
+    try:
+        train(cfg)
+    except (FileNotFoundError, RuntimeError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_model_tiny(args: argparse.Namespace) -> int:
+    from roll_agentic.model.tiny import build_tiny_model, ensure_tiny_model
+
+    path = build_tiny_model(args.out, seed=args.seed) if args.force else ensure_tiny_model(args.out)
+    print(f"tiny model written to {path}")
+    return 0
+
+
+def _cmd_env_check(args: argparse.Namespace) -> int:
+    import json
+
+    from envs.checker import check_env
+
+    try:
+        kwargs = json.loads(args.kwargs) if args.kwargs else {}
+    except json.JSONDecodeError as err:
+        print(f"--kwargs must be a JSON object: {err}", file=sys.stderr)
+        return 2
+    results = check_env(args.env_id, kwargs, seed=args.seed)
+    for r in results:
+        print(f"{'PASS' if r.ok else 'FAIL'}  {r.name:18s} {r.detail}")
+    failed = sum(not r.ok for r in results)
+    print(f"{len(results) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def _add_optional(subparsers, module: str) -> None:
+    """Subcommands whose code lives in their own packages register themselves."""
+    try:
+        importlib.import_module(module).add_parser(subparsers)
+    except ImportError as err:  # keep the rest of the CLI usable
+        p = subparsers.add_parser(module.split(".")[-2] if module.endswith(".cli") else module.split(".")[-1],
+                                  help=f"(unavailable: {err})")
+        p.set_defaults(func=lambda _a, e=err: (print(f"unavailable: {e}", file=sys.stderr), 1)[1])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="roll-agentic", description="Agentic RL post-training for LLMs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train a policy (hydra overrides follow)", epilog=TRAIN_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("overrides", nargs="*", help="key=value config overrides")
+    p.add_argument("--config-dir", default=None, help="directory holding config.yaml (default: the repo's conf/)")
+    p.add_argument("--config-name", default="config", help="config file name without .yaml")
+    p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("model", help="model utilities")
+    msub = p.add_subparsers(dest="model_command", required=True)
+    t = msub.add_parser("tiny", help="build the tiny Qwen2 model and tokenizer locally (no download)")
+    t.add_argument("--out", default=".cache/tiny-model", help="output directory")
+    t.add_argument("--seed", type=int, default=0, help="initialisation seed")
+    t.add_argument("--force", action="store_true", help="rebuild even if an up-to-date model is there")
+    t.set_defaults(func=_cmd_model_tiny)
+
+    p = sub.add_parser("env", help="environment utilities")
+    esub = p.add_subparsers(dest="env_command", required=True)
+    c = esub.add_parser("check", help="conformance check of an env: types, text round trip, determinism")
+    c.add_argument("env_id", help="a registered gymnasium id or module:Class")
+    c.add_argument("--kwargs", default="", help="env kwargs as a JSON object")
+    c.add_argument("--seed", type=int, default=0)
+    c.set_defaults(func=_cmd_env_check)
+
+    _add_optional(sub, "serverless.cli")
+    _add_optional(sub, "roll_agentic.sim.cli")
+    _add_optional(sub, "roll_agentic.bench.cli")
+    _add_optional(sub, "roll_agentic.mux.cli")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

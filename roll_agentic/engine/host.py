@@ -1,0 +1,86 @@
+"""The Ray actor that hosts one rollout engine and keeps its load figures.
+
+Requests carry their task tag so the host can count prefill and decode
+tokens per task; the router reads `load()` to place new trajectories.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import ray
+
+from roll_agentic.config import EngineConfig
+from roll_agentic.engine.factory import make_engine
+from roll_agentic.engine.protocol import GenerationResult, SamplingParams
+
+
+class EngineHost:
+    def __init__(self, backend: str, model_path: str, cfg: EngineConfig, seed: int = 0,
+                 pool: str = "default", hardware: str = "any"):
+        import torch
+
+        torch.set_num_threads(max(1, int(os.environ.get("ROLL_AGENTIC_ENGINE_THREADS", "1"))))
+        self.engine = make_engine(backend, model_path, cfg, seed=seed)
+        self.pool, self.hardware = pool, hardware
+        self.outstanding = 0
+        self.started = time.time()
+        self.busy_since: float | None = None
+        self.busy_s = 0.0
+        self.per_task: dict[str, dict[str, float]] = {}
+
+    async def generate(self, token_ids: list[int], sampling: SamplingParams, request_id: str,
+                       task: str = "") -> GenerationResult:
+        if self.outstanding == 0:
+            self.busy_since = time.time()
+        self.outstanding += 1
+        try:
+            result = await self.engine.generate(token_ids, sampling, request_id)
+        finally:
+            self.outstanding -= 1
+            if self.outstanding == 0 and self.busy_since is not None:
+                self.busy_s += time.time() - self.busy_since
+                self.busy_since = None
+        t = self.per_task.setdefault(task, {"requests": 0.0, "prefill_tokens": 0.0, "decode_tokens": 0.0})
+        t["requests"] += 1
+        t["prefill_tokens"] += len(token_ids)
+        t["decode_tokens"] += len(result.token_ids)
+        return result
+
+    async def abort(self, request_id: str) -> None:
+        await self.engine.abort(request_id)
+
+    async def load_weights(self, version: int, source: str) -> int:
+        await self.engine.load_weights(version, source)
+        return self.engine.weight_version()
+
+    def weight_version(self) -> int:
+        return self.engine.weight_version()
+
+    def load(self) -> int:
+        return self.outstanding
+
+    async def sleep(self) -> None:
+        await self.engine.sleep()
+
+    async def wake(self) -> None:
+        await self.engine.wake()
+
+    def stats(self) -> dict:
+        busy = self.busy_s + (time.time() - self.busy_since if self.busy_since else 0.0)
+        return {"pool": self.pool, "hardware": self.hardware, "outstanding": self.outstanding,
+                "busy_s": busy, "uptime_s": time.time() - self.started,
+                "engine": self.engine.stats(), "per_task": self.per_task}
+
+    async def shutdown(self) -> None:
+        await self.engine.shutdown()
+
+    def ping(self) -> bool:
+        return True
+
+
+def engine_actor_class(num_cpus: float = 1.0, resources: dict[str, float] | None = None):
+    """EngineHost as a Ray actor; async methods let many requests wait at once."""
+    return ray.remote(num_cpus=num_cpus, resources=resources or None, max_concurrency=1000,
+                      max_restarts=1, max_task_retries=0)(EngineHost)

@@ -1,0 +1,205 @@
+"""Tickets out, finished trajectories in, GRPO groups out: the trajectory buffer.
+
+Workers ask for a ticket (a task and seed to roll out as one group) and hand
+back finished trajectories one by one; the trainer takes whole groups. The
+staleness bound alpha lives here twice: tickets are only issued up to alpha
+steps ahead of the trainer, and a group holding a trajectory begun more than
+alpha weight versions before the step that would train on it is dropped and
+its ticket re-issued. alpha = 0 is therefore synchronous on-policy training.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from roll_agentic.rollout.trajectory import Ticket, Trajectory
+
+
+@dataclass
+class TaskShare:
+    name: str
+    weight: float
+    group_size: int
+
+
+@dataclass
+class BufferCounters:
+    tickets_issued: int = 0
+    groups_completed: int = 0
+    groups_dropped_stale: int = 0
+    groups_dropped_failed: int = 0
+    trajectories_received: int = 0
+    trajectories_failed: int = 0
+    trajectories_trained: int = 0
+    trajectories_dropped: int = 0
+
+
+@dataclass
+class BufferState:
+    """Everything a checkpoint needs to resume the ticket stream exactly."""
+
+    version: int = 0
+    steps_taken: int = 0
+    next_group: int = 0
+    rng_state: tuple | None = None
+    requeued: list[dict] = field(default_factory=list)
+
+
+class TrajectoryBuffer:
+    def __init__(self, tasks: list[TaskShare], groups_per_step: int, alpha: int, seed: int = 0,
+                 extra_groups: int = 0):
+        self.tasks = tasks
+        self.groups_per_step = groups_per_step
+        self.alpha = alpha
+        self.extra_groups = extra_groups  # redundant groups: stragglers stop mattering
+        self._group_size = {t.name: t.group_size for t in tasks}
+        self.rng = random.Random(seed)
+        self.state = BufferState()
+        self.counters = BufferCounters()
+        self._credit = {t.name: 0.0 for t in tasks}
+        self._requeued: deque[Ticket] = deque()
+        self._open: dict[str, list[Trajectory]] = {}
+        self._tickets: dict[str, Ticket] = {}
+        self._ready: deque[list[Trajectory]] = deque()
+        self._outstanding = 0  # tickets issued whose group is not yet complete or dropped
+        self._granted = 0  # tickets issued that count towards a step (drops give theirs back)
+        self._cond = asyncio.Condition()
+        self._stopped = False
+
+    # -- ticket stream ----------------------------------------------------------------
+    def _quota(self) -> int:
+        # Groups may be started for steps up to `steps_taken + alpha`; dropped
+        # groups give their place back (their ticket is re-issued).
+        allowed = (self.state.steps_taken + 1 + self.alpha) * self.groups_per_step + self.extra_groups
+        return allowed - self._granted
+
+    def _pick_task(self) -> TaskShare:
+        # Smooth weighted round robin: deterministic shares, no long droughts of one task.
+        total = sum(t.weight for t in self.tasks)
+        for t in self.tasks:
+            self._credit[t.name] += t.weight
+        best = max(self.tasks, key=lambda t: self._credit[t.name])
+        self._credit[best.name] -= total
+        return best
+
+    def _new_ticket(self) -> Ticket:
+        if self._requeued:
+            t = self._requeued.popleft()
+            return Ticket(f"g{self.state.next_group}", t.task, t.seed, t.group_size, self.state.version)
+        share = self._pick_task()
+        return Ticket(f"g{self.state.next_group}", share.name, self.rng.randrange(2**31), share.group_size,
+                      self.state.version)
+
+    async def next_ticket(self) -> Ticket | None:
+        """Blocks until the staleness bound allows another group; None once stopped."""
+        async with self._cond:
+            await self._cond.wait_for(lambda: self._stopped or self._quota() > 0)
+            if self._stopped:
+                return None
+            ticket = self._new_ticket()
+            self.state.next_group += 1
+            self._tickets[ticket.group_id] = ticket
+            self._open[ticket.group_id] = []
+            self._outstanding += 1
+            self._granted += 1
+            self.counters.tickets_issued += 1
+            return ticket
+
+    # -- trajectories in ----------------------------------------------------------------
+    async def put(self, traj: Trajectory) -> None:
+        async with self._cond:
+            self.counters.trajectories_received += 1
+            members = self._open.get(traj.group_id)
+            if members is None:  # its group was dropped meanwhile
+                self.counters.trajectories_dropped += 1
+                return
+            members.append(traj)
+            ticket = self._tickets[traj.group_id]
+            if len(members) < ticket.group_size:
+                return
+            del self._open[traj.group_id]
+            del self._tickets[traj.group_id]
+            self._outstanding -= 1
+            ok = [t for t in members if t.status == "ok"]
+            failed = len(members) - len(ok)
+            self.counters.trajectories_failed += failed
+            if len(ok) < 2:  # GRPO needs two to compare; re-roll the same prompt
+                self.counters.groups_dropped_failed += 1
+                self.counters.trajectories_dropped += len(members)
+                self._requeued.append(ticket)
+                self._granted -= 1
+            else:
+                self.counters.trajectories_dropped += failed
+                self._ready.append(ok)
+                self.counters.groups_completed += 1
+            self._cond.notify_all()
+
+    # -- groups out ----------------------------------------------------------------------
+    def _drop_stale(self, version: int) -> None:
+        fresh: deque[list[Trajectory]] = deque()
+        for group in self._ready:
+            if version - min(t.min_version for t in group) > self.alpha:
+                self.counters.groups_dropped_stale += 1
+                self.counters.trajectories_dropped += len(group)
+                task, seed = group[0].task, group[0].seed
+                self._requeued.append(Ticket("", task, seed, self._group_size[task], version))
+                self._granted -= 1
+            else:
+                fresh.append(group)
+        self._ready = fresh
+
+    async def get_batch(self, num_groups: int, version: int) -> list[list[Trajectory]]:
+        """The next `num_groups` complete groups, none staler than alpha at `version`."""
+        async with self._cond:
+            while True:
+                self._drop_stale(version)
+                if len(self._ready) >= num_groups or self._stopped:
+                    break
+                self._cond.notify_all()  # dropped groups opened quota for new tickets
+                await self._cond.wait()
+            batch = [self._ready.popleft() for _ in range(min(num_groups, len(self._ready)))]
+            self.counters.trajectories_trained += sum(len(g) for g in batch)
+            return batch
+
+    async def advance(self, version: int) -> None:
+        """The trainer took a step and now serves `version`: open the next step's tickets."""
+        async with self._cond:
+            self.state.version = version
+            self.state.steps_taken += 1
+            self._cond.notify_all()
+
+    async def stop(self) -> None:
+        async with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    # -- checkpoint ----------------------------------------------------------------------
+    def export_state(self) -> dict:
+        # In-flight and ready groups are not saved: on resume their tickets are
+        # re-issued (requeued), so no prompt of the stream is skipped.
+        pending = [self._tickets[g] for g in self._open] + [
+            Ticket("", g[0].task, g[0].seed, self._group_size[g[0].task], 0) for g in self._ready] + list(self._requeued)
+        return {"version": self.state.version, "steps_taken": self.state.steps_taken,
+                "next_group": self.state.next_group, "rng_state": self.rng.getstate(),
+                "credit": dict(self._credit),
+                "requeued": [{"task": t.task, "seed": t.seed, "group_size": t.group_size} for t in pending]}
+
+    def import_state(self, state: dict) -> None:
+        self.state.version = state["version"]
+        self.state.steps_taken = state["steps_taken"]
+        self.state.next_group = state["next_group"]
+        self._granted = self.state.steps_taken * self.groups_per_step
+        rng_state = state["rng_state"]
+        self.rng.setstate((rng_state[0], tuple(rng_state[1]), rng_state[2]))
+        self._credit.update(state.get("credit", {}))
+        self._requeued = deque(Ticket("", r["task"], r["seed"], r["group_size"], self.state.version)
+                               for r in state["requeued"])
+
+    def metrics(self) -> dict[str, float]:
+        m = {f"buffer/{k}": float(v) for k, v in vars(self.counters).items()}
+        m["buffer/ready_groups"] = float(len(self._ready))
+        m["buffer/open_groups"] = float(len(self._open))
+        return m

@@ -1,0 +1,100 @@
+"""Building a multi-turn conversation as token ids, turn by turn.
+
+Each observation is encoded once, on its own, and appended; each reply is
+appended as the exact ids the engine sampled. Nothing is ever decoded and
+re-encoded, so what the trainer scores is what the policy generated.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from roll_agentic.model.chat_format import ASSISTANT, END, USER
+
+
+class ChatFormat(Protocol):
+    stop_token_ids: tuple[int, ...]
+
+    def observation_tokens(self, text: str, first: bool, last_reply_closed: bool) -> list[int]: ...
+
+    def decode(self, token_ids: list[int]) -> str: ...
+
+
+class MarkerChatFormat:
+    """`<|user|> obs <|assistant|> reply <|end|>`: the tiny model's format."""
+
+    def __init__(self, tokenizer):
+        self.tok = tokenizer
+        self.user = tokenizer.convert_tokens_to_ids(USER)
+        self.assistant = tokenizer.convert_tokens_to_ids(ASSISTANT)
+        self.end = tokenizer.convert_tokens_to_ids(END)
+        self.stop_token_ids = (self.end,)
+
+    def observation_tokens(self, text: str, first: bool, last_reply_closed: bool) -> list[int]:
+        close = [] if first or last_reply_closed else [self.end]  # a truncated reply still gets closed
+        return close + [self.user] + self.tok.encode(text, add_special_tokens=False) + [self.assistant]
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tok.decode(token_ids, skip_special_tokens=True)
+
+
+class TemplateChatFormat:
+    """Any HF tokenizer with a chat template: each turn is the template's delta.
+
+    The ids of a new user turn are what the template adds after a finished
+    exchange; computing that delta on a dummy exchange keeps the earlier ids
+    untouched.
+    """
+
+    def __init__(self, tokenizer):
+        self.tok = tokenizer
+        eos = tokenizer.eos_token_id
+        self.stop_token_ids = tuple([eos] if eos is not None else [])
+        base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+        self._base = tokenizer.apply_chat_template(base, tokenize=True)
+
+    def observation_tokens(self, text: str, first: bool, last_reply_closed: bool) -> list[int]:
+        msg = [{"role": "user", "content": text}]
+        if first:
+            return list(self.tok.apply_chat_template(msg, add_generation_prompt=True, tokenize=True))
+        full = self.tok.apply_chat_template(
+            [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}] + msg,
+            add_generation_prompt=True, tokenize=True)
+        delta = list(full[len(self._base):])
+        close = [] if last_reply_closed or not self.stop_token_ids else [self.stop_token_ids[0]]
+        return close + delta
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tok.decode(token_ids, skip_special_tokens=True)
+
+
+def chat_format_for(tokenizer) -> ChatFormat:
+    if USER in tokenizer.get_vocab():
+        return MarkerChatFormat(tokenizer)
+    if getattr(tokenizer, "chat_template", None):
+        return TemplateChatFormat(tokenizer)
+    raise ValueError("the tokenizer has neither roll-agentic's chat markers nor a chat template; "
+                     "use a chat model or the tiny model")
+
+
+class Conversation:
+    """Token ids of a conversation with the loss mask and sampling logprobs."""
+
+    def __init__(self, fmt: ChatFormat):
+        self.fmt = fmt
+        self.token_ids: list[int] = []
+        self.loss_mask: list[int] = []
+        self.logprobs: list[float] = []
+        self._last_reply_closed = True
+
+    def add_observation(self, text: str) -> None:
+        ids = self.fmt.observation_tokens(text, first=not self.token_ids, last_reply_closed=self._last_reply_closed)
+        self.token_ids += ids
+        self.loss_mask += [0] * len(ids)
+        self.logprobs += [0.0] * len(ids)
+
+    def add_reply(self, token_ids: list[int], logprobs: list[float]) -> None:
+        self.token_ids += token_ids
+        self.loss_mask += [1] * len(token_ids)
+        self.logprobs += list(logprobs)
+        self._last_reply_closed = bool(token_ids) and token_ids[-1] in self.fmt.stop_token_ids

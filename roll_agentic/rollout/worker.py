@@ -1,0 +1,215 @@
+"""Trajectory-level asynchronous rollout: one loop per environment instance.
+
+A `RolloutWorker` is a CPU Ray actor hosting environments. It takes tickets
+(one GRPO group each) from the buffer and runs every episode of the group as
+its own coroutine: observe -> generate one request -> step the env -> ...
+No episode waits for another; each is rewarded the moment it ends and handed
+to the buffer on its own. An episode that falls more than alpha weight
+versions behind is restarted; one whose engine dies is moved to another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+from envs.registry import make_text_env
+from roll_agentic.config import RewardConfig, TaskConfig
+from roll_agentic.engine.protocol import SamplingParams
+from roll_agentic.rollout.conversation import Conversation, chat_format_for
+from roll_agentic.rollout.trajectory import Ticket, Trajectory, Turn
+
+MAX_RESTARTS = 3
+
+
+class EnvFailure(RuntimeError):
+    pass
+
+
+class Stale(Exception):
+    pass
+
+
+class RolloutWorker:
+    def __init__(self, worker_id: int, tasks: list[TaskConfig], model_path: str, engines: list[Any],
+                 router: Any, buffer: Any, alpha: int, temperature: float, top_p: float,
+                 max_model_len: int, reward_cfg: RewardConfig, reward_endpoint: str,
+                 groups_in_flight: int, env_step_timeout_s: float):
+        from transformers import AutoTokenizer
+
+        from roll_agentic.reward import make_reward_client
+
+        self.worker_id = worker_id
+        self.tasks = {t.name: t for t in tasks}
+        self.fmt = chat_format_for(AutoTokenizer.from_pretrained(model_path))
+        self.engines = engines
+        self.router = router
+        self.buffer = buffer
+        self.alpha = alpha
+        self.temperature, self.top_p = temperature, top_p
+        self.max_model_len = max_model_len
+        self.reward_client = make_reward_client(reward_cfg, reward_endpoint)
+        self.groups_in_flight = groups_in_flight
+        self.env_step_timeout_s = env_step_timeout_s
+        self._free_envs: dict[str, list[Any]] = {name: [] for name in self.tasks}
+        self._stop = False
+        self.in_flight = 0
+        self.counters = {"stale_restarts": 0, "engine_failures": 0, "env_failures": 0, "episodes": 0}
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def run(self) -> dict:
+        await asyncio.gather(*(self._group_loop() for _ in range(self.groups_in_flight)))
+        return self.stats()
+
+    async def stop(self) -> None:
+        self._stop = True
+
+    def stats(self) -> dict:
+        return dict(self.counters, in_flight=self.in_flight)
+
+    async def _group_loop(self) -> None:
+        while not self._stop:
+            ticket = await self.buffer.next_ticket.remote()
+            if ticket is None:
+                return
+            await asyncio.gather(*(self._episode(ticket, i) for i in range(ticket.group_size)))
+
+    # -- environments -------------------------------------------------------------------
+    def _take_env(self, task: TaskConfig) -> Any:
+        free = self._free_envs[task.name]
+        return free.pop() if free else make_text_env(task.env_id, task.env_kwargs)
+
+    async def _env_call(self, fn, *args, **kwargs):
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(fn, *args, **kwargs), self.env_step_timeout_s)
+        except asyncio.TimeoutError as err:
+            raise EnvFailure(f"env call {fn.__name__} exceeded {self.env_step_timeout_s}s") from err
+        except Exception as err:  # an env's own bug must cost one episode, not the worker
+            raise EnvFailure(f"env call {fn.__name__} raised {type(err).__name__}: {err}") from err
+
+    # -- one episode --------------------------------------------------------------------
+    async def _episode(self, ticket: Ticket, index: int) -> None:
+        task = self.tasks[ticket.task]
+        traj_id = f"{ticket.group_id}-{index}-{uuid.uuid4().hex[:6]}"
+        self.in_flight += 1
+        t0 = time.perf_counter()
+        traj: Trajectory | None = None
+        error = ""
+        try:
+            for attempt in range(MAX_RESTARTS + 1):
+                try:
+                    traj = await self._play(task, ticket, traj_id, attempt)
+                    break
+                except Stale:
+                    self.counters["stale_restarts"] += 1
+                    error = "stale"
+                except EnvFailure as err:
+                    self.counters["env_failures"] += 1
+                    error = str(err)
+                except Exception as err:  # engine actor died or refused: re-route and retry
+                    self.counters["engine_failures"] += 1
+                    error = f"{type(err).__name__}: {err}"
+            if traj is None:
+                traj = Trajectory(traj_id, ticket.group_id, task.name, ticket.seed, ticket.issued_version,
+                                  status="env_failed" if "env call" in error else "engine_failed", error=error)
+            else:
+                await self._reward(task, traj)
+        finally:
+            self.in_flight -= 1
+        traj.wall_s = time.perf_counter() - t0
+        traj.finished_at = time.time()
+        self.counters["episodes"] += 1
+        await self.buffer.put.remote(traj)
+
+    async def _play(self, task: TaskConfig, ticket: Ticket, traj_id: str, attempt: int) -> Trajectory:
+        env = self._take_env(task)
+        healthy = False
+        engine_index = await self.router.assign.remote(task.name, traj_id)
+        try:
+            traj = await self._play_on(env, engine_index, task, ticket, traj_id, attempt)
+            healthy = True
+            return traj
+        except Exception as err:
+            if not isinstance(err, (Stale, EnvFailure)):
+                await self.router.mark_dead.remote(engine_index)
+            healthy = isinstance(err, Stale)
+            raise
+        finally:
+            await self.router.release.remote(traj_id)
+            if healthy:
+                self._free_envs[task.name].append(env)
+            else:
+                try:
+                    env.close()
+                except Exception:
+                    pass
+
+    async def _play_on(self, env: Any, engine_index: int, task: TaskConfig, ticket: Ticket,
+                       traj_id: str, attempt: int) -> Trajectory:
+        engine = self.engines[engine_index]
+        sampling = SamplingParams(max_tokens=task.max_new_tokens, temperature=self.temperature,
+                                  top_p=self.top_p, stop_token_ids=self.fmt.stop_token_ids)
+        t = time.perf_counter()
+        obs, info = await self._env_call(env.reset, seed=ticket.seed)
+        env_s = time.perf_counter() - t
+        conv = Conversation(self.fmt)
+        traj = Trajectory(traj_id, ticket.group_id, task.name, ticket.seed, start_version=-1,
+                          max_turns=task.max_turns, format_penalty=task.format_penalty, restarts=attempt)
+        traj.env_s += env_s
+        first = True
+        for turn in range(task.max_turns):
+            text = task.prompt_template.format(observation=obs) if first and task.prompt_template else obs
+            first = False
+            before = len(conv.token_ids)
+            conv.add_observation(text)
+            if len(conv.token_ids) + task.max_new_tokens > self.max_model_len:
+                conv.token_ids, conv.loss_mask, conv.logprobs = (conv.token_ids[:before], conv.loss_mask[:before],
+                                                                 conv.logprobs[:before])
+                traj.truncated = True  # the context is full: end the episode, keep what it did
+                break
+            t = time.perf_counter()
+            result = await engine.generate.remote(conv.token_ids, sampling, f"{traj_id}-a{attempt}-t{turn}", task.name)
+            llm_s = time.perf_counter() - t
+            if traj.start_version < 0:
+                traj.start_version = result.weight_version
+            if result.weight_version - traj.start_version > self.alpha:
+                raise Stale()
+            conv.add_reply(result.token_ids, result.logprobs)
+            reply = self.fmt.decode(result.token_ids)
+            t = time.perf_counter()
+            obs, reward, terminated, truncated, info = await self._env_call(env.step, reply)
+            step_s = time.perf_counter() - t
+            invalid = bool(info.get("invalid_action", False))
+            traj.turns.append(Turn(before, len(result.token_ids), result.weight_version, result.finish_reason,
+                                   invalid, llm_s, step_s))
+            traj.responses.append(reply)
+            traj.num_invalid += int(invalid)
+            traj.env_return += float(reward)
+            traj.llm_s += llm_s
+            traj.env_s += step_s
+            if terminated or truncated:
+                traj.terminated, traj.truncated = bool(terminated), bool(truncated)
+                break
+        else:
+            traj.truncated = True
+        traj.success = bool(info.get("success", traj.terminated and traj.env_return > 0))
+        traj.token_ids, traj.loss_mask, traj.logprobs = conv.token_ids, conv.loss_mask, conv.logprobs
+        if traj.start_version < 0:
+            traj.start_version = ticket.issued_version
+        return traj
+
+    async def _reward(self, task: TaskConfig, traj: Trajectory) -> None:
+        t = time.perf_counter()
+        outcome = await self.reward_client.score(task.reward, traj.summary())
+        traj.reward_s = time.perf_counter() - t
+        traj.reward_info = {"latency_s": outcome.latency_s, "retries": outcome.retries,
+                            "cold_start": outcome.cold_start, "throttles": outcome.throttles,
+                            "billed_ms": outcome.billed_ms, "gb_s": outcome.gb_s}
+        if outcome.ok and outcome.value is not None:
+            traj.reward = float(outcome.value)
+            traj.status = "ok"
+        else:
+            traj.status = "reward_failed"  # left out of its batch and counted, never scored 0
+            traj.error = outcome.error

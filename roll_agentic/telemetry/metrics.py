@@ -1,0 +1,42 @@
+"""Per-step metrics: appended to metrics.jsonl and mirrored to TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+
+class MetricsLog:
+    def __init__(self, run_dir: Path, tensorboard: bool = True):
+        self.path = run_dir / "metrics.jsonl"
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+
+    def write(self, step: int, metrics: dict[str, float]) -> None:
+        clean = {k: (float(v) if isinstance(v, (int, float)) and math.isfinite(float(v)) else None)
+                 for k, v in metrics.items()}
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"step": step, **clean}) + "\n")
+        if self.writer is not None:
+            for k, v in clean.items():
+                if v is not None:
+                    self.writer.add_scalar(k, v, step)
+            self.writer.flush()
+
+    def read(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+    def truncate_after(self, step: int) -> None:
+        """On resume: forget steps after the checkpoint (they will be redone)."""
+        rows = [r for r in self.read() if r["step"] <= step]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()

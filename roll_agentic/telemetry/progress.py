@@ -1,0 +1,55 @@
+"""The live progress display: step, reward per task, throughput, in-flight, staleness."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+
+class ProgressDisplay:
+    def __init__(self, total_steps: int, tasks: list[str], enabled: bool = True):
+        self.total, self.tasks = total_steps, tasks
+        self.enabled = enabled and sys.stdout.isatty()
+        self.console = Console()
+        self.live: Live | None = None
+        self.t0 = time.time()
+
+    def __enter__(self) -> ProgressDisplay:
+        if self.enabled:
+            self.live = Live(self._table({}), console=self.console, refresh_per_second=4, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def _table(self, m: dict) -> Table:
+        t = Table(title=f"roll-agentic  step {int(m.get('step', 0))}/{self.total}  "
+                        f"elapsed {time.time() - self.t0:.0f}s", expand=False)
+        t.add_column("metric")
+        t.add_column("value", justify="right")
+        for task in self.tasks:
+            v = m.get(f"reward/{task}/mean")
+            t.add_row(f"reward {task}", "-" if v is None else f"{v:.3f}")
+        for key, label in [("rollout/tokens_per_s", "tokens/s"), ("rollout/in_flight", "trajectories in flight"),
+                           ("rollout/staleness_mean", "staleness (versions)"), ("train/loss", "loss"),
+                           ("time/step_s", "step time (s)")]:
+            v = m.get(key)
+            t.add_row(label, "-" if v is None else f"{v:.3g}")
+        return t
+
+    def update(self, metrics: dict) -> None:
+        if self.live is not None:
+            self.live.update(self._table(metrics))
+        else:
+            rewards = " ".join(f"{t}={metrics.get(f'reward/{t}/mean', float('nan')):.3f}" for t in self.tasks)
+            print(f"step {int(metrics['step'])}/{self.total}  reward {rewards}  "
+                  f"tok/s {metrics.get('rollout/tokens_per_s', 0):.0f}  "
+                  f"in-flight {metrics.get('rollout/in_flight', 0):.0f}  "
+                  f"staleness {metrics.get('rollout/staleness_mean', 0):.2f}  "
+                  f"step {metrics.get('time/step_s', 0):.1f}s", flush=True)

@@ -1,0 +1,99 @@
+"""Atomic checkpoints: a step is either completely on disk or not there at all.
+
+Layout: <run>/checkpoints/step_000012/{weights.safetensors, trainer.pt, run.json}.
+A checkpoint is written into `step_000012.tmp-<pid>` and renamed into place
+only when every file is flushed; `latest` names the newest complete one and is
+itself replaced atomically. A loader only ever sees renamed directories, so a
+process killed mid-write leaves a stray .tmp directory that is ignored and
+swept, never a half-written checkpoint that gets loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+COMPLETE = "run.json"  # written last inside the temp dir
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def save_checkpoint(ckpt_root: str | Path, step: int, weights: dict[str, torch.Tensor],
+                    trainer_state: dict, run_state: dict[str, Any], keep: int = 2) -> Path:
+    root = Path(ckpt_root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:06d}"
+    tmp = root / f"step_{step:06d}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    save_file(weights, str(tmp / "weights.safetensors"))
+    torch.save(trainer_state, tmp / "trainer.pt")
+    with open(tmp / COMPLETE, "w") as f:
+        json.dump({"step": step, **run_state}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    for name in ("weights.safetensors", "trainer.pt"):
+        with open(tmp / name, "rb") as f:
+            os.fsync(f.fileno())
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _fsync_dir(root)
+    _write_atomic(root / "latest", final.name.encode())
+    _prune(root, keep)
+    return final
+
+
+def _complete_steps(root: Path) -> list[Path]:
+    return sorted(p for p in root.glob("step_*") if p.is_dir() and ".tmp" not in p.name and (p / COMPLETE).exists())
+
+
+def _prune(root: Path, keep: int) -> None:
+    for old in _complete_steps(root)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    for stray in root.glob("step_*.tmp-*"):
+        shutil.rmtree(stray, ignore_errors=True)
+
+
+def latest_checkpoint(ckpt_root: str | Path) -> Path | None:
+    """The newest complete checkpoint, or None. Ignores unfinished temp dirs."""
+    root = Path(ckpt_root)
+    if not root.exists():
+        return None
+    pointer = root / "latest"
+    if pointer.exists():
+        candidate = root / pointer.read_text().strip()
+        if (candidate / COMPLETE).exists():
+            return candidate
+    steps = _complete_steps(root)
+    return steps[-1] if steps else None
+
+
+def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict, dict]:
+    p = Path(path)
+    weights = load_file(str(p / "weights.safetensors"))
+    trainer_state = torch.load(p / "trainer.pt", weights_only=False)
+    run_state = json.loads((p / COMPLETE).read_text())
+    return weights, trainer_state, run_state

@@ -1,0 +1,237 @@
+"""One training job, phase by phase: rollout -> train -> weight sync.
+
+`TrainingJob.run()` is what `roll-agentic train` does. The phases are
+separate methods so that the multiplexer (roll_agentic/mux) can interleave
+the phases of several jobs on shared pools.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import ray
+
+from roll_agentic.cluster import init_ray
+from roll_agentic.config import Config, effective_pools, validate
+from roll_agentic.engine.factory import resolve_backend
+from roll_agentic.engine.host import engine_actor_class
+from roll_agentic.engine.router import Router
+from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
+from roll_agentic.rollout.worker import RolloutWorker
+from roll_agentic.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from roll_agentic.train.step_metrics import rollout_metrics
+from roll_agentic.train.trainer import PolicyTrainer, samples_from_groups
+from roll_agentic.train.weight_sync import WeightPublisher
+
+
+def resolve_model_path(cfg: Config) -> str:
+    if cfg.model.path:
+        p = Path(cfg.model.path)
+        if not (p / "config.json").exists():
+            raise FileNotFoundError(f"model.path={cfg.model.path!r} is not a Hugging Face checkpoint "
+                                    "(no config.json); point it at a local model directory")
+        return str(p.resolve())
+    from roll_agentic.model.tiny import ensure_tiny_model
+
+    return str(ensure_tiny_model(cfg.model.tiny_dir).resolve())
+
+
+def resolve_run_dir(cfg: Config) -> Path:
+    root = Path(cfg.output_dir)
+    if cfg.trainer.resume and not cfg.run_name:
+        runs = sorted((p for p in root.glob("*") if latest_checkpoint(p / "checkpoints")),
+                      key=lambda p: p.stat().st_mtime)
+        if not runs:
+            raise FileNotFoundError(f"trainer.resume=true but no run under {root}/ has a checkpoint; "
+                                    "pass run_name=<run> or start without resume")
+        return runs[-1]
+    name = cfg.run_name or dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return root / name
+
+
+class TrainingJob:
+    def __init__(self, cfg: Config):
+        self.cfg = validate(cfg)
+        self.run_dir = resolve_run_dir(cfg)
+        self.run_name = self.run_dir.name
+        self.model_path = ""
+        self.version = 0
+        self.started_ray = False
+        self.reward_service = None
+        self.reward_endpoint = ""
+        self.engines: list = []
+        self.engine_pools: list[str] = []
+        self.workers: list = []
+        self.worker_runs: list = []
+        self._last_engine_stats: list[dict] = []
+
+    # -- start-up -----------------------------------------------------------------------------
+    def start(self) -> None:
+        cfg = self.cfg
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.model_path = resolve_model_path(cfg)
+        backend = resolve_backend(cfg.engine.backend)
+        self.started_ray = init_ray(cfg.ray)
+        self._start_rewards()
+        for pool in effective_pools(cfg):
+            actor = engine_actor_class(num_cpus=1 if not pool.resources else 0, resources=pool.resources)
+            for i in range(pool.num_engines):
+                self.engines.append(actor.remote(backend, self.model_path, cfg.engine,
+                                                 cfg.trainer.seed + len(self.engines), pool.name, pool.hardware))
+                self.engine_pools.append(pool.name)
+        ray.get([e.ping.remote() for e in self.engines])
+        hosts = [(p.name, p.hardware) for p in effective_pools(cfg) for _ in range(p.num_engines)]
+        self.router = ray.remote(num_cpus=0)(Router).remote(hosts, {t.name: t.pool for t in cfg.tasks})
+        shares = [TaskShare(t.name, t.weight, t.group_size) for t in cfg.tasks]
+        self.buffer = ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
+            shares, cfg.algo.groups_per_step, cfg.algo.alpha, cfg.trainer.seed)
+        self.trainer = PolicyTrainer(self.model_path, cfg.trainer, cfg.algo, cfg.engine.temperature)
+        self.publisher = WeightPublisher(self.engines, self.run_name)
+        self._maybe_resume()
+        worker_cls = ray.remote(num_cpus=0)(RolloutWorker)
+        for i in range(cfg.rollout.num_workers):
+            w = worker_cls.remote(i, cfg.tasks, self.model_path, self.engines, self.router, self.buffer,
+                                  cfg.algo.alpha, cfg.engine.temperature, cfg.engine.top_p,
+                                  cfg.engine.max_model_len, cfg.reward, self.reward_endpoint,
+                                  cfg.rollout.groups_in_flight, cfg.rollout.env_step_timeout_s)
+            self.workers.append(w)
+        self.worker_runs = [w.run.remote() for w in self.workers]
+        self._last_engine_stats = ray.get([e.stats.remote() for e in self.engines])
+
+    def _start_rewards(self) -> None:
+        r = self.cfg.reward
+        if r.mode != "serverless":
+            return
+        from roll_agentic.reward.service import LocalServerless, deploy_rewards
+
+        if r.endpoint_url:
+            self.reward_endpoint = r.endpoint_url
+        else:
+            self.reward_service = LocalServerless()
+            self.reward_endpoint = self.reward_service.start(self.run_dir / "serverless")
+        deploy_rewards(self.reward_endpoint, sorted({t.reward for t in self.cfg.tasks}), r)
+
+    def _maybe_resume(self) -> None:
+        if not self.cfg.trainer.resume:
+            return
+        ckpt = latest_checkpoint(self.run_dir / "checkpoints")
+        if ckpt is None:
+            raise FileNotFoundError(f"trainer.resume=true but {self.run_dir}/checkpoints has no complete checkpoint")
+        weights, trainer_state, run_state = load_checkpoint(ckpt)
+        self.trainer.load_state(trainer_state, weights)
+        ray.get(self.buffer.import_state.remote(run_state["buffer"]))
+        self.version = int(run_state["step"])
+        self.publisher.publish(self.version, self.trainer.engine_state_dict())
+        print(f"resumed from {ckpt} at step {self.version}", flush=True)
+
+    # -- phases ------------------------------------------------------------------------------
+    def rollout_phase(self) -> list:
+        return ray.get(self.buffer.get_batch.remote(self.cfg.algo.groups_per_step, self.version))
+
+    def train_phase(self, groups: list) -> dict[str, float]:
+        samples = samples_from_groups(groups, self.cfg.algo.adv_eps)
+        return self.trainer.train_step(samples)
+
+    def sync_phase(self) -> dict[str, float]:
+        self.version += 1
+        m = self.publisher.publish(self.version, self.trainer.engine_state_dict())
+        ray.get(self.buffer.advance.remote(self.version))
+        return m
+
+    def checkpoint(self) -> Path:
+        state = ray.get(self.buffer.export_state.remote())
+        return save_checkpoint(self.run_dir / "checkpoints", self.version, self.trainer.engine_state_dict(),
+                               self.trainer.state(), {"buffer": state, "run_name": self.run_name},
+                               keep=self.cfg.trainer.keep_checkpoints)
+
+    def step_once(self) -> dict[str, float]:
+        t0 = time.perf_counter()
+        groups = self.rollout_phase()
+        t1 = time.perf_counter()
+        train_m = self.train_phase(groups)
+        t2 = time.perf_counter()
+        sync_m = self.sync_phase()
+        t3 = time.perf_counter()
+        engine_stats = ray.get([e.stats.remote() for e in self.engines])
+        worker_stats = ray.get([w.stats.remote() for w in self.workers])
+        buffer_m = ray.get(self.buffer.metrics.remote())
+        m = rollout_metrics(groups, self.version - 1, engine_stats, self._last_engine_stats,
+                            worker_stats, t3 - t0)
+        self._last_engine_stats = engine_stats
+        m.update(train_m)
+        m.update(sync_m)
+        m.update(buffer_m)
+        m.update({"step": float(self.version), "time/step_s": t3 - t0, "time/rollout_wait_s": t1 - t0,
+                  "time/train_s": t2 - t1, "time/sync_s": t3 - t2})
+        return m
+
+    # -- the whole run ------------------------------------------------------------------------
+    def run(self) -> dict:
+        from roll_agentic.telemetry.metrics import MetricsLog
+        from roll_agentic.telemetry.plots import reward_curve
+        from roll_agentic.telemetry.progress import ProgressDisplay
+
+        cfg = self.cfg
+        print(f"run dir: {self.run_dir}", flush=True)
+        self.start()
+        (self.run_dir / "config.json").write_text(_json(asdict(cfg)))
+        log = MetricsLog(self.run_dir, cfg.telemetry.tensorboard)
+        log.truncate_after(self.version)
+        tasks = [t.name for t in cfg.tasks]
+        interrupted = False
+        try:
+            with ProgressDisplay(cfg.trainer.total_steps, tasks, cfg.telemetry.progress) as progress:
+                while self.version < cfg.trainer.total_steps:
+                    m = self.step_once()
+                    log.write(self.version, m)
+                    progress.update(m)
+                    if self.version % cfg.trainer.save_every == 0 or self.version == cfg.trainer.total_steps:
+                        self.checkpoint()
+        except KeyboardInterrupt:
+            interrupted = True
+            print("\ninterrupted: saving a checkpoint before stopping ...", flush=True)
+            with contextlib.suppress(Exception):
+                print(f"checkpoint: {self.checkpoint()}", flush=True)
+        finally:
+            rows = log.read()
+            log.close()
+            if cfg.telemetry.plots and rows:
+                reward_curve(rows, tasks, self.run_dir / "reward_curve.png")
+            self.close()
+        print(f"run dir: {self.run_dir}", flush=True)
+        return {"run_dir": str(self.run_dir), "steps": self.version, "interrupted": interrupted, "metrics": rows}
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            ray.get(self.buffer.stop.remote(), timeout=10)
+        for w in self.workers:
+            with contextlib.suppress(Exception):
+                ray.get(w.stop.remote(), timeout=10)
+        with contextlib.suppress(Exception):
+            ray.get([e.shutdown.remote() for e in self.engines], timeout=30)
+        for a in self.workers + self.engines:
+            with contextlib.suppress(Exception):
+                ray.kill(a)
+        with contextlib.suppress(Exception):
+            self.publisher.close()
+        if self.reward_service is not None:
+            with contextlib.suppress(Exception):
+                self.reward_service.stop()
+        if self.started_ray:
+            ray.shutdown()
+
+
+def _json(obj) -> str:
+    import json
+
+    return json.dumps(obj, indent=2, default=str)
+
+
+def train(cfg: Config) -> dict:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return TrainingJob(cfg).run()

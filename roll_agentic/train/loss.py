@@ -1,0 +1,70 @@
+"""The policy loss: PPO's clipped surrogate on generated tokens, plus optional KL.
+
+Per generated token t with advantage A (the trajectory's):
+    ratio_t = exp(logp_t - logp_old_t)          (logp_old: the engine's sampling logprob)
+    loss_t  = max(-A * ratio_t, -A * clip(ratio_t, 1 - eps, 1 + eps))   (Schulman et al. 2017, eq. 7)
+    kl_t    = exp(ref_t - logp_t) - (ref_t - logp_t) - 1                 (k3 estimator, Schulman 2020)
+The caller sums loss_t over masked tokens and divides by the batch's total
+number of generated tokens, so micro-batches and streamed partial batches add
+up to the same update.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class LossSums:
+    """Sums over masked tokens; divide by the token count for means."""
+
+    loss: torch.Tensor
+    policy: float
+    kl: float
+    clipped: float
+    ratio: float
+    logprob_abs_diff: float
+    tokens: float
+
+
+def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """logits (B, T, V), token_ids (B, T) -> logprob of token t+1 at position t, shifted to (B, T).
+
+    Position 0 gets 0.0: the first token is never generated.
+    """
+    lp = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)  # (B, T-1, V)
+    picked = lp.gather(-1, token_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
+    return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)  # (B, T)
+
+
+def ppo_clip_loss_sum(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                      mask: torch.Tensor, clip_eps: float, ref_logprobs: torch.Tensor | None = None,
+                      kl_coef: float = 0.0) -> LossSums:
+    """All (B, T) except advantages (B,). Returns sums over mask == 1."""
+    mask = mask.float()
+    adv = advantages[:, None]  # (B, 1)
+    log_ratio = (logprobs - old_logprobs) * mask
+    ratio = torch.exp(log_ratio)
+    unclipped = -adv * ratio
+    clipped = -adv * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
+    per_token = torch.maximum(unclipped, clipped)  # (B, T)
+    total = (per_token * mask).sum()
+    kl_sum = 0.0
+    if ref_logprobs is not None and kl_coef > 0:
+        d = (ref_logprobs - logprobs) * mask
+        kl = (torch.exp(d) - d - 1.0) * mask
+        total = total + kl_coef * kl.sum()
+        kl_sum = float(kl.sum().detach())
+    with torch.no_grad():
+        was_clipped = ((clipped > unclipped).float() * mask).sum()
+        return LossSums(
+            loss=total,
+            policy=float((per_token * mask).sum()),
+            kl=kl_sum,
+            clipped=float(was_clipped),
+            ratio=float((ratio * mask).sum()),
+            logprob_abs_diff=float(((logprobs - old_logprobs).abs() * mask).sum()),
+            tokens=float(mask.sum()),
+        )

@@ -1,0 +1,156 @@
+"""The policy trainer: GRPO advantages, PPO-clip loss on generated tokens, AdamW.
+
+One `PolicyTrainer` per process. With several data-parallel workers
+(train/parallel.py) each holds a shard of the batch; every worker scales its
+loss by the token count of the *whole* batch, so summing gradients across
+workers gives exactly the single-process gradient.
+
+The step is split in two so that gradients can be streamed (RollPacker):
+`accumulate(samples, total_tokens)` may be called on parts of a batch as
+they finish, and `apply()` takes the one optimizer step at the end.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from roll_agentic.config import AlgoConfig, TrainerConfig
+from roll_agentic.rollout.trajectory import Trajectory
+from roll_agentic.train.advantages import grpo_advantages
+from roll_agentic.train.loss import ppo_clip_loss_sum, token_logprobs
+
+
+@dataclass
+class Sample:
+    token_ids: list[int]
+    loss_mask: list[int]
+    old_logprobs: list[float]
+    advantage: float
+    task: str = ""
+
+
+def samples_from_groups(groups: list[list[Trajectory]], eps: float = 1e-6) -> list[Sample]:
+    out: list[Sample] = []
+    for group in groups:
+        rewards = torch.tensor([t.reward for t in group], dtype=torch.float64)
+        adv = grpo_advantages(rewards, eps)
+        for t, a in zip(group, adv.tolist(), strict=True):
+            out.append(Sample(t.token_ids, t.loss_mask, t.logprobs, float(a), t.task))
+    return out
+
+
+def _pad(rows: list[list], value) -> torch.Tensor:
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [value] * (width - len(r)) for r in rows])
+
+
+class PolicyTrainer:
+    def __init__(self, model_path: str, cfg: TrainerConfig, algo: AlgoConfig, temperature: float = 1.0):
+        from transformers import AutoModelForCausalLM
+
+        self.cfg, self.algo, self.temperature = cfg, algo, temperature
+        torch.manual_seed(cfg.seed)
+        self.device = torch.device(cfg.device)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device)
+        self.model.train()
+        self.ref_model = None
+        if algo.kl_coef > 0:
+            self.ref_model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device)
+            self.ref_model.eval().requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.step = 0
+        self._sums = self._zero_sums()
+
+    @staticmethod
+    def _zero_sums() -> dict[str, float]:
+        return {"loss": 0.0, "policy": 0.0, "kl": 0.0, "clipped": 0.0, "ratio": 0.0,
+                "logprob_abs_diff": 0.0, "tokens": 0.0, "samples": 0.0}
+
+    # -- one optimizer step, possibly streamed ---------------------------------------------
+    def accumulate(self, samples: list[Sample], total_tokens: float) -> None:
+        """Adds the gradient of `samples` scaled by 1/total_tokens (of the whole batch)."""
+        mb = self.cfg.micro_batch_size
+        for i in range(0, len(samples), mb):
+            part = samples[i:i + mb]
+            ids = _pad([s.token_ids for s in part], 0).to(self.device)  # (B, T)
+            mask = _pad([s.loss_mask for s in part], 0).to(self.device)  # (B, T)
+            old = _pad([s.old_logprobs for s in part], 0.0).float().to(self.device)  # (B, T)
+            adv = torch.tensor([s.advantage for s in part], dtype=torch.float32, device=self.device)  # (B,)
+            attn = _pad([[1] * len(s.token_ids) for s in part], 0).to(self.device)
+            logits = self.model(input_ids=ids, attention_mask=attn).logits  # (B, T, V)
+            lp = token_logprobs(logits, ids, self.temperature)  # (B, T)
+            ref = None
+            if self.ref_model is not None:
+                with torch.no_grad():
+                    ref = token_logprobs(self.ref_model(input_ids=ids, attention_mask=attn).logits, ids, self.temperature)
+            sums = ppo_clip_loss_sum(lp, old, adv, mask, self.algo.clip_eps, ref, self.algo.kl_coef)
+            (sums.loss / total_tokens).backward()
+            for k in ("policy", "kl", "clipped", "ratio", "logprob_abs_diff", "tokens"):
+                self._sums[k] += getattr(sums, k)
+            self._sums["loss"] += float(sums.loss.detach())
+            self._sums["samples"] += len(part)
+
+    def apply(self) -> dict[str, float]:
+        """All-reduces gradients (when distributed), clips, steps; returns the step's metrics."""
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            for p in self.model.parameters():
+                if p.grad is not None:
+                    torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.SUM)
+            t = torch.tensor([self._sums[k] for k in self._sums], dtype=torch.float64)
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
+            self._sums = dict(zip(self._sums, t.tolist(), strict=True))
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        tokens = max(self._sums["tokens"], 1.0)
+        metrics = {
+            "train/loss": self._sums["loss"] / tokens,
+            "train/policy_loss": self._sums["policy"] / tokens,
+            "train/kl": self._sums["kl"] / tokens,
+            "train/clip_frac": self._sums["clipped"] / tokens,
+            "train/ratio_mean": self._sums["ratio"] / tokens,
+            "train/logprob_diff": self._sums["logprob_abs_diff"] / tokens,
+            "train/grad_norm": float(grad_norm),
+            "train/tokens": self._sums["tokens"],
+            "train/samples": self._sums["samples"],
+        }
+        self._sums = self._zero_sums()
+        return metrics
+
+    def train_step(self, samples: list[Sample]) -> dict[str, float]:
+        """ppo_epochs passes over the batch, one optimizer step each; metrics of the first."""
+        total = float(sum(sum(s.loss_mask) for s in samples))
+        first: dict[str, float] = {}
+        for epoch in range(self.cfg.ppo_epochs):
+            self.accumulate(samples, max(total, 1.0))
+            m = self.apply()
+            first = first or m
+        self.step += 1
+        return first
+
+    # -- weights and state ---------------------------------------------------------------
+    def engine_state_dict(self) -> dict[str, torch.Tensor]:
+        """Parameters under Hugging Face names, as engines load them (tied lm_head left out)."""
+        state = {k: v.detach().to("cpu").contiguous() for k, v in self.model.state_dict().items()}
+        if getattr(self.model.config, "tie_word_embeddings", False):
+            state.pop("lm_head.weight", None)
+        return state
+
+    def state(self) -> dict:
+        return {
+            "step": self.step,
+            "optimizer": self.optimizer.state_dict(),
+            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+        }
+
+    def load_state(self, state: dict, weights: dict[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(weights, strict=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])
+        torch.set_rng_state(state["rng"]["torch"])
+        np.random.set_state(state["rng"]["numpy"])
+        random.setstate(state["rng"]["python"])

@@ -1,0 +1,62 @@
+"""Publishing trainer weights to the rollout engines, versioned.
+
+The trainer writes its state dict once to a safetensors file in shared
+memory (/dev/shm when present) and every engine loads that file; on CPU this
+is the path vLLM's worker extension reloads from, and the HF engine reads
+the same file. Each file holds one version; the previous one is removed once
+all engines serve the new one.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import ray
+import torch
+from safetensors.torch import save_file
+
+
+def shared_memory_dir(run_name: str) -> Path:
+    base = Path("/dev/shm") if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir())
+    d = base / f"roll_agentic-{run_name}-{os.getpid()}"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+class WeightPublisher:
+    def __init__(self, engines: list, run_name: str):
+        self.engines = engines
+        self.dir = shared_memory_dir(run_name)
+        self._last: Path | None = None
+
+    def publish(self, version: int, state: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Writes, loads on every live engine, and returns timings. Dead engines are skipped."""
+        t0 = time.perf_counter()
+        path = self.dir / f"weights_v{version}.safetensors"
+        tmp = path.with_suffix(".tmp")
+        save_file(state, str(tmp))
+        os.replace(tmp, path)
+        t1 = time.perf_counter()
+        refs = [e.load_weights.remote(version, str(path)) for e in self.engines]
+        failed = 0
+        for ref in refs:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError:
+                failed += 1
+        t2 = time.perf_counter()
+        if self._last is not None and self._last != path:
+            self._last.unlink(missing_ok=True)
+        self._last = path
+        return {"sync/write_s": t1 - t0, "sync/load_s": t2 - t1, "sync/failed_engines": float(failed)}
+
+    def close(self) -> None:
+        for p in self.dir.glob("*"):
+            p.unlink(missing_ok=True)
+        try:
+            self.dir.rmdir()
+        except OSError:
+            pass

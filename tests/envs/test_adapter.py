@@ -1,0 +1,77 @@
+import pytest
+
+from envs.adapter import DiscreteTextAdapter
+from envs.checker import check_env
+from envs.registry import EnvSpecError, make_text_env
+
+
+def test_frozenlake_v1_through_the_generic_adapter():
+    env = make_text_env("FrozenLake-v1", {"is_slippery": False})
+    assert isinstance(env, DiscreteTextAdapter)
+    obs, _ = env.reset(seed=0)
+    assert "[S]FFF" in obs and "left, down, right, up" in obs
+    obs, reward, terminated, truncated, info = env.step("I go right.")
+    assert "S[F]FF" in obs and reward == 0.0 and not terminated
+
+
+def test_cliffwalking_by_name_and_index():
+    env = make_text_env("CliffWalking-v1")
+    env.reset(seed=0)
+    assert env.parse_action("UP please") == 0
+    assert env.parse_action("action 1") == 1
+    _, reward, *_ = env.step("up")
+    assert reward == -1.0
+
+
+def test_unparseable_reply_is_an_invalid_action_not_a_crash():
+    env = make_text_env("CliffWalking-v1")
+    obs0, _ = env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step("\ufffd\x00 gibberish 99")
+    assert info["invalid_action"] and obs == obs0 and reward == 0.0 and not terminated
+
+
+def test_non_text_observation_is_dumped_readably():
+    env = make_text_env("CartPole-v1")
+    obs, _ = env.reset(seed=0)
+    assert obs.startswith("[") and "Answer with one of: 0, 1." in obs
+
+
+@pytest.mark.parametrize("env_id", ["CliffWalking-v1", "FrozenLake-v1", "Blackjack-v1",
+                                    "envs.frozenlake:FrozenLakeText", "envs.guess_number:GuessNumber"])
+def test_checker_passes_good_envs(env_id):
+    results = check_env(env_id)
+    assert all(r.ok for r in results), [r for r in results if not r.ok]
+
+
+def test_checker_explains_bad_ids():
+    [r] = check_env("Taxi-v1")
+    assert not r.ok and "Did you mean" in r.detail
+    [r] = check_env("no_such_module:Env")
+    assert not r.ok and "cannot import module" in r.detail
+    with pytest.raises(EnvSpecError, match="needs text actions or a Discrete"):
+        make_text_env("MountainCarContinuous-v0")
+
+
+class _WrongTypes:
+    """An env that returns an int observation: the checker must say so."""
+
+    def __init__(self):
+        import gymnasium as gym
+
+        self.observation_space = gym.spaces.Text(10)
+        self.action_space = gym.spaces.Text(10)
+
+    def reset(self, *, seed=None, options=None):
+        return 42, {}
+
+    def step(self, action):
+        return 42, 0.0, False, False, {}
+
+    def close(self):
+        pass
+
+
+def test_checker_names_wrong_types():
+    results = check_env("tests.envs.test_adapter:_WrongTypes")
+    bad = [r for r in results if not r.ok]
+    assert bad and "reset() must return (str, dict), got (int, dict)" in bad[0].detail

@@ -1,0 +1,38 @@
+from envs.frozenlake import FrozenLakeText, parse_move
+from envs.guess_number import GuessNumber
+
+
+def test_frozenlake_reaches_goal_on_the_fixed_map():
+    env = FrozenLakeText(size=3)
+    obs, _ = env.reset(seed=1)
+    assert obs.startswith("P . .")
+    for move in ["right", "right", "down"]:
+        _, reward, terminated, _, info = env.step(move)
+    _, reward, terminated, _, info = env.step("down")
+    assert terminated and reward == 1.0 and info["success"]
+
+
+def test_frozenlake_hole_ends_without_success():
+    env = FrozenLakeText(size=3)
+    env.reset(seed=0)
+    env.step("down")
+    _, reward, terminated, _, info = env.step("right")  # (1,1) is the hole
+    assert terminated and reward == 0.0 and not info["success"]
+
+
+def test_parse_move():
+    assert parse_move("I will go LEFT now") == 0
+    assert parse_move("upward") is None
+
+
+def test_guess_number_feedback_and_success():
+    env = GuessNumber(low=1, high=8)
+    env.reset(seed=5)
+    secret = env._secret
+    low_guess = 1 if secret > 1 else 2
+    obs, *_ = env.step(str(low_guess))
+    assert ("higher" in obs) == (secret > low_guess)
+    _, reward, terminated, _, info = env.step(f"my guess: {secret}")
+    assert terminated and reward == 1.0 and info["success"]
+    _, _, _, _, info = GuessNumber().step("nine")
+    assert info["invalid_action"]

@@ -1,0 +1,84 @@
+import asyncio
+
+from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
+from roll_agentic.rollout.trajectory import Trajectory, Turn
+
+
+def _traj(ticket, i, version, reward=1.0, status="ok"):
+    t = Trajectory(f"{ticket.group_id}-{i}", ticket.group_id, ticket.task, ticket.seed, start_version=version,
+                   token_ids=[1, 2], loss_mask=[0, 1], logprobs=[0.0, -1.0], reward=reward, status=status)
+    t.turns.append(Turn(1, 1, version, "stop", False, 0.0, 0.0))
+    return t
+
+
+async def _fill(buf, version, n_groups):
+    tickets = [await buf.next_ticket() for _ in range(n_groups)]
+    for tk in tickets:
+        for i in range(tk.group_size):
+            await buf.put(_traj(tk, i, version, reward=float(i % 2)))
+    return tickets
+
+
+def test_alpha_zero_issues_one_step_of_tickets_then_waits():
+    async def main():
+        buf = TrajectoryBuffer([TaskShare("a", 1.0, 2)], groups_per_step=2, alpha=0)
+        await _fill(buf, 0, 2)
+        waiting = asyncio.ensure_future(buf.next_ticket())
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # the next step's groups wait for the weight update
+        batch = await buf.get_batch(2, version=0)
+        assert len(batch) == 2
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # training has not advanced the version yet
+        await buf.advance(1)
+        assert (await asyncio.wait_for(waiting, 1)).issued_version == 1
+    asyncio.run(main())
+
+
+def test_stale_group_is_dropped_and_its_prompt_requeued():
+    async def main():
+        buf = TrajectoryBuffer([TaskShare("a", 1.0, 2)], groups_per_step=1, alpha=1)
+        [old] = await _fill(buf, 0, 1)
+        # trainer is now at version 2: a group begun at version 0 is 2 > alpha behind
+        await buf.advance(1)
+        await buf.advance(2)
+        getter = asyncio.ensure_future(buf.get_batch(1, version=2))
+        await asyncio.sleep(0.05)
+        assert not getter.done()
+        assert buf.counters.groups_dropped_stale == 1
+        again = await buf.next_ticket()
+        assert (again.task, again.seed) == (old.task, old.seed)  # same prompt re-rolled
+        for i in range(2):
+            await buf.put(_traj(again, i, 2, reward=float(i)))
+        batch = await asyncio.wait_for(getter, 1)
+        assert batch[0][0].seed == old.seed
+    asyncio.run(main())
+
+
+def test_failed_trajectories_are_left_out_and_counted():
+    async def main():
+        buf = TrajectoryBuffer([TaskShare("a", 1.0, 3)], groups_per_step=1, alpha=0)
+        tk = await buf.next_ticket()
+        await buf.put(_traj(tk, 0, 0, reward=1.0))
+        await buf.put(_traj(tk, 1, 0, reward=0.0))
+        await buf.put(_traj(tk, 2, 0, reward=None, status="reward_failed"))
+        [group] = await buf.get_batch(1, version=0)
+        assert len(group) == 2 and all(t.status == "ok" for t in group)
+        assert buf.counters.trajectories_failed == 1
+        assert buf.counters.trajectories_dropped == 1
+    asyncio.run(main())
+
+
+def test_weighted_task_shares_and_resume_of_ticket_stream():
+    async def main():
+        shares = [TaskShare("a", 2.0, 2), TaskShare("b", 1.0, 2)]
+        buf = TrajectoryBuffer(shares, groups_per_step=6, alpha=0, seed=3)
+        tickets = [await buf.next_ticket() for _ in range(6)]
+        assert [t.task for t in tickets].count("a") == 4
+        state = buf.export_state()
+        clone = TrajectoryBuffer(shares, groups_per_step=6, alpha=0, seed=99)
+        clone.import_state(state)
+        # the six open groups were not finished: the clone re-issues exactly them
+        reissued = [await clone.next_ticket() for _ in range(6)]
+        assert [(t.task, t.seed) for t in reissued] == [(t.task, t.seed) for t in tickets]
+    asyncio.run(main())

@@ -1,0 +1,41 @@
+from roll_agentic.model.chat_format import ASSISTANT, END, USER
+from roll_agentic.rollout.conversation import Conversation, MarkerChatFormat
+
+
+def test_mask_covers_exactly_the_generated_tokens_over_three_turns(tokenizer):
+    fmt = MarkerChatFormat(tokenizer)
+    conv = Conversation(fmt)
+    end = tokenizer.convert_tokens_to_ids(END)
+    replies = [[11, 12, end], [13, 14, 15], [16, end]]  # turn 2 hit max_tokens: no <|end|>
+    generated_positions = []
+    for i, reply in enumerate(replies):
+        conv.add_observation(f"observation {i}")
+        start = len(conv.token_ids)
+        conv.add_reply(reply, [-0.5] * len(reply))
+        generated_positions += list(range(start, start + len(reply)))
+    masked = [i for i, m in enumerate(conv.loss_mask) if m == 1]
+    assert masked == generated_positions
+    assert len(conv.token_ids) == len(conv.loss_mask) == len(conv.logprobs)
+    assert all(conv.logprobs[i] == -0.5 for i in masked)
+    assert all(conv.logprobs[i] == 0.0 for i in range(len(conv.token_ids)) if i not in masked)
+    # the truncated second reply was closed by the framework, with mask 0
+    third_obs_start = generated_positions[5] + 1
+    assert conv.token_ids[third_obs_start] == end
+    assert conv.loss_mask[third_obs_start] == 0
+
+
+def test_token_ids_are_never_retokenised(tokenizer):
+    fmt = MarkerChatFormat(tokenizer)
+    conv = Conversation(fmt)
+    conv.add_observation("P . .")
+    # a reply whose text re-encodes to other ids ("Ġ" + "r" decodes to " r")
+    odd_reply = [tokenizer.convert_tokens_to_ids("Ġ"), tokenizer.convert_tokens_to_ids("r")]
+    start = len(conv.token_ids)
+    conv.add_reply(odd_reply, [-1.0, -1.0])
+    before = list(conv.token_ids)
+    conv.add_observation("next")
+    assert conv.token_ids[: len(before)] == before  # earlier ids untouched
+    assert conv.token_ids[start:start + 2] == odd_reply
+    assert tokenizer.encode(tokenizer.decode(odd_reply), add_special_tokens=False) != odd_reply
+    assert conv.token_ids[0] == tokenizer.convert_tokens_to_ids(USER)
+    assert conv.token_ids[-1] == tokenizer.convert_tokens_to_ids(ASSISTANT)

@@ -1,0 +1,45 @@
+import subprocess
+import sys
+
+import pytest
+
+from roll_agentic.config import ConfigError
+from roll_agentic.hydra_config import load_config
+
+
+def test_defaults_compose_and_validate():
+    cfg = load_config([])
+    assert [t.name for t in cfg.tasks] == ["frozenlake", "guess"]
+    assert cfg.algo.alpha == 1
+
+
+def test_list_of_tasks_from_the_command_line_takes_defaults():
+    cfg = load_config(["tasks=[{name:cliff,env_id:CliffWalking-v1}]", "trainer.total_steps=2"])
+    assert cfg.tasks[0].env_id == "CliffWalking-v1"
+    assert cfg.tasks[0].max_turns == 8 and cfg.tasks[0].group_size == 8
+    assert cfg.trainer.total_steps == 2
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trainer.total_stepz=2", "unknown config key 'trainer.total_stepz'; valid keys here: total_steps"),
+    ("trainer.total_steps=banana", "config key 'trainer.total_steps': Value 'banana'"),
+    ("algo.alpha=-1", "algo.alpha: expected an integer >= 0"),
+    ("engine=foo", "config group engine has no option 'foo'"),
+    ("engine.backend=tpu", "engine.backend: expected one of auto, vllm, hf"),
+    ("tasks=[{name:c,envid:X}]", "unknown config key"),
+    ("rollout.mode=tail_batching", "algo.alpha: expected 0 with rollout.mode=tail_batching"),
+])
+def test_bad_config_is_one_clear_line(override, message):
+    with pytest.raises(ConfigError) as err:
+        load_config([override])
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_cli_exits_nonzero_without_a_traceback():
+    proc = subprocess.run([sys.executable, "-m", "roll_agentic.cli", "train", "trainer.total_stepz=2"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines == [lines[0]] and lines[0].startswith("config error: unknown config key 'trainer.total_stepz'")

@@ -1,0 +1,29 @@
+import math
+
+import pytest
+import torch
+
+from roll_agentic.train.advantages import grpo_advantages
+
+
+def test_hand_computed_group():
+    # mean 0.5, sample std sqrt((4 * 0.25) / 3) = 0.57735 -> +-0.866025
+    adv = grpo_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), eps=0.0)
+    assert adv.tolist() == pytest.approx([0.866025, -0.866025, -0.866025, 0.866025], abs=1e-6)
+
+
+def test_uneven_group():
+    r = torch.tensor([0.9, 0.1, 0.2])
+    mean = 0.4
+    std = math.sqrt(((0.5) ** 2 + (0.3) ** 2 + (0.2) ** 2) / 2)
+    expected = [(x - mean) / std for x in (0.9, 0.1, 0.2)]
+    assert grpo_advantages(r, eps=0.0).tolist() == pytest.approx(expected, abs=1e-6)
+
+
+def test_equal_rewards_give_zero_advantage():
+    assert grpo_advantages(torch.tensor([0.5, 0.5, 0.5])).abs().max().item() == 0.0
+
+
+def test_single_reward_is_refused():
+    with pytest.raises(ValueError, match="at least 2"):
+        grpo_advantages(torch.tensor([1.0]))

@@ -1,0 +1,54 @@
+import math
+
+import pytest
+import torch
+
+from roll_agentic.train.loss import ppo_clip_loss_sum, token_logprobs
+
+
+def test_ppo_clip_hand_computed():
+    # token 0: ratio e^0.1 = 1.10517 inside the clip range, A=1 -> -1.10517
+    # token 1: ratio e^0.3 = 1.34986 > 1.2, A=1 -> max(-1.34986, -1.2) = -1.2 (clipped)
+    # token 2: mask 0 -> ignored
+    lp = torch.tensor([[0.1, 0.3, 5.0]])
+    old = torch.zeros(1, 3)
+    mask = torch.tensor([[1, 1, 0]])
+    s = ppo_clip_loss_sum(lp, old, torch.tensor([1.0]), mask, clip_eps=0.2)
+    assert s.loss.item() == pytest.approx(-math.exp(0.1) - 1.2, abs=1e-5)
+    assert s.tokens == 2
+    assert s.clipped == 1
+
+
+def test_ppo_clip_negative_advantage():
+    # A=-1, ratio 0.7 < 0.8: unclipped 0.7, clipped 0.8 -> max = 0.8
+    lp = torch.tensor([[math.log(0.7)]])
+    s = ppo_clip_loss_sum(lp, torch.zeros(1, 1), torch.tensor([-1.0]), torch.ones(1, 1), clip_eps=0.2)
+    assert s.loss.item() == pytest.approx(0.8, abs=1e-6)
+
+
+def test_gradient_only_through_unclipped_tokens():
+    lp = torch.tensor([[0.1, 0.3]], requires_grad=True)
+    s = ppo_clip_loss_sum(lp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2), clip_eps=0.2)
+    s.loss.backward()
+    assert lp.grad[0, 0].item() == pytest.approx(-math.exp(0.1), abs=1e-5)
+    assert lp.grad[0, 1].item() == 0.0  # clipped: no gradient
+
+
+def test_kl_k3_term():
+    lp = torch.tensor([[0.0]])
+    ref = torch.tensor([[math.log(0.5)]])
+    # d = ref - lp = -0.693; k3 = e^d - d - 1 = 0.5 + 0.693 - 1 = 0.19315
+    s = ppo_clip_loss_sum(lp, torch.zeros(1, 1), torch.tensor([0.0]), torch.ones(1, 1), 0.2, ref, kl_coef=2.0)
+    assert s.kl == pytest.approx(0.5 + math.log(2) - 1, abs=1e-6)
+    assert s.loss.item() == pytest.approx(2.0 * (0.5 + math.log(2) - 1), abs=1e-6)
+
+
+def test_token_logprobs_shift():
+    logits = torch.zeros(1, 3, 4)
+    logits[0, 0, 2] = 10.0  # position 0 predicts token 2
+    ids = torch.tensor([[1, 2, 3]])
+    lp = token_logprobs(logits, ids)
+    assert lp.shape == (1, 3)
+    assert lp[0, 0].item() == 0.0
+    assert lp[0, 1].item() == pytest.approx(torch.log_softmax(logits[0, 0], -1)[2].item())
+    assert lp[0, 2].item() == pytest.approx(math.log(0.25), abs=1e-6)
