@@ -105,6 +105,8 @@ class Invoker:
         try:
             reply = await env.invoke(msg, float(rec.timeout_s))
             duration_ms, used_mb, logs = reply["duration_ms"], reply["max_rss_mb"], reply["logs"]
+            if reply.get("fatal"):
+                env.kill()  # the worker exits after a MemoryError; never hand it another request
             if used_mb > rec.memory_mb:
                 env.kill()  # Lambda stops an environment that went over its memory
                 error = {"errorType": "Runtime.OutOfMemory", "errorMessage": f"RequestId: {rid} Error: Runtime exited with error: signal: killed (Max Memory Used {used_mb} MB > MemorySize {rec.memory_mb} MB)"}

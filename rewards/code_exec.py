@@ -1,0 +1,113 @@
+"""Code execution: the share of tests a submitted Python program passes.
+
+Summary keys:
+- `code` (str): the program, e.g. a function definition.
+- `tests` (list[str]): Python statements, typically `assert add(2, 3) == 5`.
+  Each test runs as its own program, `code + "\\n" + test`, in a fresh
+  `python -I` subprocess (own process group, empty temp dir as cwd) and
+  passes when that exits with status 0 within its time limit.
+- `test_time_hints` (optional list, aligned with `tests`): seconds of the
+  slowest known correct run of each test (or null), e.g. measured on the
+  reference solution.
+
+Time limit of a test (RollPacker's adaptive timeout):
+T = min(max(2 s, 1.5 x slowest correct run of that test), 30 s); a run over
+T scores 0 for that test. The slowest correct run is the larger of the hint
+and what this process has measured: in a warm Lambda environment the record
+(`_SLOWEST`, keyed by the test's text) carries over between invocations. A
+test never seen passing gets the 2 s floor, so pass a hint for a test whose
+correct solutions take longer. Under Lambda the limit is also cut to the
+function's remaining time, so the function itself never times out.
+
+reward = passed / len(tests); 0.0 for no tests or no code.
+"""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+LAMBDA_MEMORY_MB = 512
+LAMBDA_TIMEOUT_S = 120
+MIN_TIMEOUT_S = 2.0
+MAX_TIMEOUT_S = 30.0
+MAX_TESTS = 64
+
+_SLOWEST: dict[str, float] = {}  # sha256(test) -> slowest correct run seen here (s)
+_LOCK = threading.Lock()
+
+
+def _key(test: str) -> str:
+    return hashlib.sha256(test.encode()).hexdigest()
+
+
+def adaptive_timeout(slowest_correct_s: float | None) -> float:
+    """RollPacker's T = min(max(2 s, 1.5 x slowest correct run), 30 s)."""
+    return min(max(MIN_TIMEOUT_S, 1.5 * (slowest_correct_s or 0.0)), MAX_TIMEOUT_S)
+
+
+def _run_one(program: str, limit_s: float) -> tuple[bool, float, bool]:
+    """(passed, seconds, timed_out) of one program in a fresh interpreter."""
+    with tempfile.TemporaryDirectory(prefix="code-exec-") as cwd:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-c", program], cwd=cwd, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONHASHSEED": "0"},
+        )
+        try:
+            code = proc.wait(timeout=max(0.01, limit_s))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the whole group: a test may fork
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            return False, time.perf_counter() - t0, True
+        return code == 0, time.perf_counter() - t0, False
+
+
+def score(summary: dict, remaining_s: float | None = None) -> dict:
+    """The reward and per-test details: passed, seconds, timed_out, limit_s."""
+    code = summary.get("code") or ""
+    tests = list(summary.get("tests") or [])[:MAX_TESTS]
+    hints = list(summary.get("test_time_hints") or [])
+    if not isinstance(code, str) or not all(isinstance(t, str) for t in tests):
+        raise TypeError("code must be a string and tests a list of strings (Python statements)")
+    if not code.strip() or not tests:
+        return {"reward": 0.0, "passed": [], "seconds": [], "timed_out": [], "limit_s": []}
+    deadline = None if remaining_s is None else time.monotonic() + remaining_s - 0.5
+    passed, seconds, timed_out, limits = [], [], [], []
+    for i, test in enumerate(tests):
+        key = _key(test)
+        hint = hints[i] if i < len(hints) and isinstance(hints[i], int | float) else None
+        with _LOCK:
+            known = max(_SLOWEST.get(key, 0.0), float(hint or 0.0)) or None
+        limit = adaptive_timeout(known)
+        if deadline is not None:
+            limit = min(limit, max(0.0, deadline - time.monotonic()))
+        ok, secs, over = _run_one(f"{code}\n{test}\n", limit)
+        if ok:
+            with _LOCK:
+                _SLOWEST[key] = max(_SLOWEST.get(key, 0.0), secs)
+        passed.append(ok)
+        seconds.append(round(secs, 4))
+        timed_out.append(over)
+        limits.append(round(limit, 3))
+    return {"reward": sum(passed) / len(tests), "passed": passed, "seconds": seconds,
+            "timed_out": timed_out, "limit_s": limits}
+
+
+def reward(summary: dict) -> float:
+    return score(summary)["reward"]
+
+
+def handler(event, context):
+    summary = json.loads(event) if isinstance(event, str) else event
+    remaining = context.get_remaining_time_in_millis() / 1000.0 if context is not None else None
+    return score(summary, remaining)

@@ -1,0 +1,108 @@
+"""A small learned reward: a torch MLP over hashed bag-of-tokens features of the text.
+
+Features: the summary's `text` (else the whole summary as sorted JSON) split
+into word and punctuation tokens, each hashed (BLAKE2b, stable across
+processes) into one of FEATURES buckets; the counts are log1p-scaled. The
+model is Linear(FEATURES, HIDDEN) -> tanh -> Linear(HIDDEN, 1) -> sigmoid, so
+the reward lies in (0, 1).
+
+The model loads once per process (a warm Lambda environment keeps it; the
+module-level cache is what makes warm invocations cheap). Weights come from
+the file named by $REWARD_MODEL_WEIGHTS when set; otherwise they are made
+deterministically from seed 0 with a private generator (the caller's RNG is
+left alone) and saved to <tempdir>/roll-agentic-reward-model-v1.pt, so every
+environment and the in-process client score identically.
+"""
+
+import hashlib
+import json
+import math
+import os
+import re
+import tempfile
+import threading
+
+LAMBDA_MEMORY_MB = 1024  # torch's CPU libraries alone take ~225 MB resident
+LAMBDA_TIMEOUT_S = 60
+FEATURES = 512
+HIDDEN = 32
+SEED = 0
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+_MODEL = None
+_LOADS = 0  # how many times this process built or loaded the model
+_LOCK = threading.Lock()
+
+
+def default_weights_path() -> str:
+    return os.path.join(tempfile.gettempdir(), "roll-agentic-reward-model-v1.pt")
+
+
+def featurize(text: str):
+    """(1, FEATURES) float tensor of log1p token counts per hash bucket."""
+    import torch
+
+    x = torch.zeros(1, FEATURES)
+    for tok in _TOKEN.findall(text.lower()):
+        h = int.from_bytes(hashlib.blake2b(tok.encode(), digest_size=8).digest(), "little")
+        x[0, h % FEATURES] += 1.0
+    return torch.log1p(x)
+
+
+def _build():
+    import torch
+    from torch import nn
+
+    g = torch.Generator().manual_seed(SEED)
+    model = nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, 1))
+    with torch.no_grad():
+        for layer in (model[0], model[2]):
+            bound = 1.0 / math.sqrt(layer.in_features)
+            layer.weight.copy_((torch.rand(layer.weight.shape, generator=g) * 2 - 1) * bound)
+            layer.bias.copy_((torch.rand(layer.bias.shape, generator=g) * 2 - 1) * bound)
+    return model
+
+
+def load_model():
+    """The process-wide model, loaded (or created and saved) on first use."""
+    global _MODEL, _LOADS
+    with _LOCK:
+        if _MODEL is not None:
+            return _MODEL
+        import torch
+
+        model = _build()
+        path = os.environ.get("REWARD_MODEL_WEIGHTS") or default_weights_path()
+        if os.path.isfile(path):
+            model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        elif not os.environ.get("REWARD_MODEL_WEIGHTS"):
+            tmp = f"{path}.{os.getpid()}.tmp"
+            torch.save(model.state_dict(), tmp)
+            os.replace(tmp, path)  # atomic: concurrent environments never read half a file
+        else:
+            raise FileNotFoundError(f"REWARD_MODEL_WEIGHTS={path} does not exist")
+        model.eval()
+        _MODEL, _LOADS = model, _LOADS + 1
+        return model
+
+
+def _text(summary: dict) -> str:
+    text = summary.get("text")
+    return text if isinstance(text, str) else json.dumps(summary, sort_keys=True, default=str)
+
+
+def reward(summary: dict) -> float:
+    import torch
+
+    model = load_model()
+    with torch.inference_mode():
+        return float(torch.sigmoid(model(featurize(_text(summary))))[0, 0])
+
+
+def handler(event, context):
+    if _MODEL is None:
+        import torch
+
+        torch.set_num_threads(1)  # one request per environment: no thread pool to fill
+    summary = json.loads(event) if isinstance(event, str) else event
+    return {"reward": reward(summary), "model_loads": _LOADS}

@@ -1,0 +1,158 @@
+"""Rewards computed by Lambda functions (AWS or the local emulator) through boto3.
+
+boto3 is told not to retry (`total_max_attempts=1`): this client retries
+itself, with exponential backoff and jitter, on what is worth retrying (429
+throttles, 5xx, transport timeouts and function timeouts) up to
+`max_retries`, and counts throttles and retries for the trainer's metrics.
+boto3 is synchronous, so calls run in a thread pool as wide as the
+concurrency bound. The Tail log's REPORT line gives the billed duration, the
+memory size (for GB-seconds) and, on a cold start, `Init Duration`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import random
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
+
+from roll_agentic.reward.outcome import RewardOutcome, parse_reward
+
+_BILLED = re.compile(r"Billed Duration: ([\d.]+) ms")
+_MEMORY = re.compile(r"Memory Size: (\d+) MB")
+_INIT = re.compile(r"Init Duration: ([\d.]+) ms")
+
+
+@dataclass
+class Report:
+    billed_ms: float = 0.0
+    memory_mb: int = 0
+    init_ms: float | None = None
+
+
+def parse_report(log_b64: str | None) -> Report:
+    """Billed duration, memory size and init duration from a Tail log's REPORT line."""
+    if not log_b64:
+        return Report()
+    text = base64.b64decode(log_b64).decode(errors="replace")
+    line = next((ln for ln in reversed(text.splitlines()) if ln.startswith("REPORT ")), "")
+    billed, mem, init = _BILLED.search(line), _MEMORY.search(line), _INIT.search(line)
+    return Report(
+        billed_ms=float(billed.group(1)) if billed else 0.0,
+        memory_mb=int(mem.group(1)) if mem else 0,
+        init_ms=float(init.group(1)) if init else None,
+    )
+
+
+@dataclass
+class _Attempts:
+    retries: int = 0
+    throttles: int = 0
+    cold: bool = False
+    billed_ms: float = 0.0
+    gb_s: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+
+class ServerlessRewardClient:
+    def __init__(
+        self,
+        endpoint_url: str | None,
+        region: str = "us-east-1",
+        function_prefix: str = "roll-agentic-",
+        max_concurrency: int = 16,
+        max_retries: int = 4,
+        timeout_s: float = 30.0,
+        backoff_base_s: float = 0.05,
+        backoff_max_s: float = 2.0,
+        client: Any = None,
+    ) -> None:
+        from serverless.deploy import lambda_client
+
+        self.prefix = function_prefix
+        self.max_retries = max_retries
+        self.backoff_base_s, self.backoff_max_s = backoff_base_s, backoff_max_s
+        self._client = client or lambda_client(
+            endpoint_url, region, read_timeout_s=timeout_s + 5.0,
+            max_pool_connections=max_concurrency, max_attempts=1,
+        )
+        self._sem = asyncio.Semaphore(max_concurrency)
+        self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="reward-invoke")
+
+    def function_name(self, function: str) -> str:
+        return self.prefix + function
+
+    def _invoke(self, name: str, payload: bytes) -> tuple[dict, bytes]:
+        resp = self._client.invoke(FunctionName=name, InvocationType="RequestResponse", LogType="Tail", Payload=payload)
+        return resp, resp["Payload"].read()
+
+    async def score(self, function: str, summary: dict) -> RewardOutcome:
+        t0 = time.monotonic()
+        name = self.function_name(function)
+        try:
+            payload = json.dumps(summary).encode()
+        except (TypeError, ValueError) as e:
+            return RewardOutcome(None, False, 0.0, 0, False, 0, 0.0, 0.0, f"the summary is not JSON-serialisable: {e}")
+        a = _Attempts()
+        loop = asyncio.get_running_loop()
+        async with self._sem:
+            while True:
+                value, error, retryable = await self._attempt(loop, name, payload, a)
+                if value is not None:
+                    return RewardOutcome(value, True, time.monotonic() - t0, a.retries, a.cold, a.throttles, a.billed_ms, a.gb_s)
+                a.errors.append(error)
+                if not retryable or a.retries >= self.max_retries:
+                    if retryable:
+                        error = f"gave up after {a.retries + 1} attempts; last: {error}"
+                    return RewardOutcome(None, False, time.monotonic() - t0, a.retries, a.cold, a.throttles, a.billed_ms, a.gb_s, f"{name}: {error}")
+                a.retries += 1
+                delay = min(self.backoff_max_s, self.backoff_base_s * 2 ** (a.retries - 1))
+                await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # jitter spreads a throttled burst
+
+    async def _attempt(self, loop, name: str, payload: bytes, a: _Attempts) -> tuple[float | None, str, bool]:
+        """One Invoke; returns (value, error, retryable)."""
+        try:
+            resp, body = await loop.run_in_executor(self._pool, self._invoke, name, payload)
+        except ClientError as e:
+            code = e.response.get("Error", {}).get("Code", "")
+            msg = e.response.get("Error", {}).get("Message", "")
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            if code == "TooManyRequestsException" or status == 429:
+                a.throttles += 1
+                reason = e.response.get("Reason", "") or e.response.get("Error", {}).get("Reason", "")
+                return None, f"throttled (429 {reason or code})", True
+            return None, f"{code}: {msg}", status >= 500
+        except (ReadTimeoutError, ConnectTimeoutError, ConnectionClosedError, EndpointConnectionError) as e:
+            return None, f"{type(e).__name__}: {e}", True
+        report = parse_report(resp.get("LogResult"))
+        a.cold = a.cold or report.init_ms is not None
+        a.billed_ms += report.billed_ms
+        a.gb_s += report.billed_ms / 1000.0 * report.memory_mb / 1024.0
+        try:
+            result = json.loads(body) if body else None
+        except ValueError:
+            return None, f"the function returned a payload that is not JSON: {body[:200]!r}", False
+        if resp.get("FunctionError"):
+            etype = result.get("errorType", "") if isinstance(result, dict) else ""
+            emsg = result.get("errorMessage", "") if isinstance(result, dict) else str(result)
+            # A function timeout may be a cold start or a busy host: worth another try.
+            return None, f"function error ({resp['FunctionError']}) {etype}: {emsg}", etype == "Sandbox.Timedout"
+        value, err = parse_reward(result)
+        return value, err, False
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._client.close()

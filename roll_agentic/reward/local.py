@@ -1,0 +1,52 @@
+"""Rewards computed in this process: `rewards.<function>.reward(summary)` in a thread pool.
+
+Bounded concurrency, same outcome type as the serverless client; a raised
+exception or a non-numeric result is ok=False with the reason, never a 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import time
+from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
+
+from roll_agentic.reward.outcome import RewardOutcome, parse_reward
+
+
+class LocalRewardClient:
+    def __init__(self, max_concurrency: int = 16, package: str = "rewards") -> None:
+        self.package = package
+        self._sem = asyncio.Semaphore(max_concurrency)
+        self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="reward-local")
+        self._modules: dict[str, ModuleType] = {}
+
+    def _module(self, function: str) -> tuple[ModuleType, bool]:
+        mod = self._modules.get(function)
+        if mod is not None:
+            return mod, False
+        mod = importlib.import_module(f"{self.package}.{function}")
+        if not callable(getattr(mod, "reward", None)):
+            raise AttributeError(f"{self.package}.{function} has no function `reward(summary)`")
+        self._modules[function] = mod
+        return mod, True
+
+    async def score(self, function: str, summary: dict) -> RewardOutcome:
+        t0 = time.monotonic()
+        loop = asyncio.get_running_loop()
+        async with self._sem:
+            try:
+                mod, first = self._module(function)
+                t_run = time.monotonic()
+                result = await loop.run_in_executor(self._pool, mod.reward, summary)
+                ran_ms = (time.monotonic() - t_run) * 1000.0
+            except Exception as e:  # noqa: BLE001 - any failure of the reward is reported, not raised
+                return RewardOutcome(None, False, time.monotonic() - t0, 0, False, 0, 0.0, 0.0,
+                                     f"{self.package}.{function}: {type(e).__name__}: {e}")
+        value, err = parse_reward(result)
+        return RewardOutcome(value, value is not None, time.monotonic() - t0, 0, first, 0, ran_ms, 0.0,
+                             f"{self.package}.{function}: {err}" if err else "")
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

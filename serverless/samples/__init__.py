@@ -1,0 +1,1 @@
+"""Small functions for exercising the emulator (tests, the serverless benchmark)."""
