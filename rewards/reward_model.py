@@ -54,7 +54,8 @@ def _build():
     from torch import nn
 
     g = torch.Generator().manual_seed(SEED)
-    model = nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, 1))
+    with torch.random.fork_rng(devices=[]):  # nn.Linear's own init draws from the global RNG
+        model = nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, 1))
     with torch.no_grad():
         for layer in (model[0], model[2]):
             bound = 1.0 / math.sqrt(layer.in_features)

@@ -1,0 +1,62 @@
+"""rewards/code_exec.py: tests run in subprocesses under RollPacker's adaptive timeout."""
+
+from __future__ import annotations
+
+import pytest
+
+from rewards import code_exec
+
+ADD = "def add(a, b):\n    return a + b\n"
+
+
+@pytest.fixture(autouse=True)
+def fresh_records():
+    code_exec._SLOWEST.clear()
+    yield
+    code_exec._SLOWEST.clear()
+
+
+def test_adaptive_timeout_formula():
+    assert code_exec.adaptive_timeout(None) == 2.0
+    assert code_exec.adaptive_timeout(1.0) == 2.0
+    assert code_exec.adaptive_timeout(4.0) == 6.0
+    assert code_exec.adaptive_timeout(100.0) == 30.0
+
+
+def test_share_of_tests_passed():
+    out = code_exec.score({"code": ADD, "tests": ["assert add(1, 2) == 3", "assert add(2, 2) == 5", "assert add(-1, 1) == 0"]})
+    assert out["reward"] == pytest.approx(2 / 3)
+    assert out["passed"] == [True, False, True] and out["timed_out"] == [False, False, False]
+    assert code_exec.reward({"code": "this is not python", "tests": ["assert True"]}) == 0.0
+    assert code_exec.reward({"code": ADD, "tests": []}) == 0.0
+    with pytest.raises(TypeError):
+        code_exec.reward({"code": ADD, "tests": [["input", "expected"]]})
+
+
+@pytest.mark.slow
+def test_over_the_limit_scores_zero_and_hints_raise_the_limit():
+    slow = "import time\ndef f():\n    time.sleep(2.5)\n    return 1\n"
+    test = "assert f() == 1"
+    cut = code_exec.score({"code": slow, "tests": [test]})
+    assert cut["reward"] == 0.0 and cut["timed_out"] == [True] and cut["limit_s"] == [2.0]
+    assert 1.9 < cut["seconds"][0] < 2.8  # killed at the limit, not run to the end
+    hinted = code_exec.score({"code": slow, "tests": [test], "test_time_hints": [2.4]})
+    assert hinted["reward"] == 1.0 and hinted["limit_s"] == [pytest.approx(3.6)]
+    # The correct run is remembered by this (warm) process: no hint needed any more.
+    again = code_exec.score({"code": slow, "tests": [test]})
+    assert again["reward"] == 1.0 and again["limit_s"][0] >= 3.6
+
+
+def test_infinite_loop_is_killed_with_its_children():
+    forker = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\nwhile True:\n    pass\n"
+    out = code_exec.score({"code": forker, "tests": ["pass"]})
+    assert out["reward"] == 0.0 and out["timed_out"] == [True]
+
+
+def test_lambda_remaining_time_caps_the_limit():
+    class Ctx:
+        def get_remaining_time_in_millis(self):
+            return 1500
+
+    out = code_exec.handler({"code": "while True:\n    pass\n", "tests": ["pass"]}, Ctx())
+    assert out["reward"] == 0.0 and out["limit_s"][0] <= 1.0
