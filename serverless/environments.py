@@ -61,8 +61,8 @@ class Environment:
         except (asyncio.IncompleteReadError, ConnectionError, BrokenPipeError) as e:
             self.kill()
             raise WorkerDied(f"the execution environment exited (code {self.proc.returncode})") from e
-        except TimeoutError:
-            self.kill()
+        except (TimeoutError, asyncio.CancelledError):
+            self.kill()  # its reply would arrive for the next request: this worker is done
             raise
         self.invocations += 1
         self.state = "ready"

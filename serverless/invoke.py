@@ -26,6 +26,7 @@ from serverless.functions import FunctionRecord, FunctionStore
 from serverless.meters import Meters
 
 LOG_TAIL_BYTES = 4096
+MAX_RESPONSE_BYTES = 6291556  # Lambda's limit on a synchronous response, as its error message states
 EVENT_MAX_ATTEMPTS = 3  # the first try and two retries
 EVENT_MAX_THROTTLE_WAITS = 200
 
@@ -110,6 +111,8 @@ class Invoker:
             if used_mb > rec.memory_mb:
                 env.kill()  # Lambda stops an environment that went over its memory
                 error = {"errorType": "Runtime.OutOfMemory", "errorMessage": f"RequestId: {rid} Error: Runtime exited with error: signal: killed (Max Memory Used {used_mb} MB > MemorySize {rec.memory_mb} MB)"}
+            elif reply["ok"] and len(reply["payload"]) > MAX_RESPONSE_BYTES:
+                error = {"errorType": "Function.ResponseSizeTooLarge", "errorMessage": f"Response payload size exceeded maximum allowed payload size ({MAX_RESPONSE_BYTES} bytes)."}
             elif reply["ok"]:
                 body = reply["payload"].encode()
             else:
