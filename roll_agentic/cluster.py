@@ -14,7 +14,9 @@ import ray
 
 from roll_agentic.config import RayConfig
 
-LOCAL_LOGICAL_CPUS = 16  # logical slots for actors on one machine; they are mostly idle or async
+LOCAL_LOGICAL_CPUS = 16
+QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+             "TOKENIZERS_PARALLELISM": "false", "VLLM_LOGGING_LEVEL": "WARNING"}  # logical slots for actors on one machine; they are mostly idle or async
 
 
 def loopback_environment() -> None:
@@ -24,13 +26,21 @@ def loopback_environment() -> None:
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    quiet_libraries()
+
+
+def quiet_libraries() -> None:
+    """Progress bars of weight loading, once per actor, drown the training display."""
+    for k, v in QUIET_ENV.items():
+        os.environ.setdefault(k, v)
 
 
 def init_ray(cfg: RayConfig) -> bool:
     """Initialises Ray unless it already is; returns True if this call started it."""
     if ray.is_initialized():
         return False
-    runtime_env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore"}}
+    quiet_libraries()
+    runtime_env = {"env_vars": dict(QUIET_ENV, PYTHONWARNINGS="ignore")}
     if cfg.address:
         ray.init(address=cfg.address, runtime_env=runtime_env, logging_level=logging.WARNING,
                  log_to_driver=True)

@@ -61,6 +61,27 @@ class PoolConfig:
 
 
 @dataclass
+class HardwareClassConfig:
+    """Speed and price of one GPU class, for phase-aware routing (per engine)."""
+
+    prefill_tokens_per_s: float = 10000.0
+    decode_tokens_per_s: float = 500.0
+    price_per_hour: float = 1.0
+
+
+@dataclass
+class RouterConfig:
+    policy: str = "affinity"  # affinity (task -> pool map) | phase_aware (cost model per request)
+    hardware: dict[str, HardwareClassConfig] = field(default_factory=dict)  # class name -> speeds/price
+
+
+@dataclass
+class EnvWorkersConfig:
+    resources: dict[str, float] = field(default_factory=dict)  # Ray resources per rollout worker
+    num_cpus: float = 0.0  # CPU slots reserved per rollout worker
+
+
+@dataclass
 class AlgoConfig:
     name: str = "grpo"
     alpha: int = 1  # staleness bound in weight versions; 0 = synchronous on-policy
@@ -153,6 +174,8 @@ class Config:
     engine: EngineConfig = field(default_factory=EngineConfig)
     # [] = one pool named "default" of engine.num_engines engines on any node
     pools: list[PoolConfig] = field(default_factory=list)
+    router: RouterConfig = field(default_factory=RouterConfig)
+    envs: EnvWorkersConfig = field(default_factory=EnvWorkersConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
@@ -193,6 +216,7 @@ def validate(cfg: Config) -> Config:
     _check(e, cfg.trainer.keep_checkpoints >= 1, "trainer.keep_checkpoints", "an integer >= 1", cfg.trainer.keep_checkpoints)
     _check(e, cfg.trainer.num_workers >= 1, "trainer.num_workers", "an integer >= 1", cfg.trainer.num_workers)
     _check(e, cfg.trainer.strategy in ("ddp", "fsdp"), "trainer.strategy", "ddp or fsdp", cfg.trainer.strategy)
+    _check(e, cfg.router.policy in ("affinity", "phase_aware"), "router.policy", "affinity or phase_aware", cfg.router.policy)
     _check(e, cfg.reward.mode in ("serverless", "local"), "reward.mode", "serverless or local", cfg.reward.mode)
     _check(e, cfg.reward.max_concurrency >= 1, "reward.max_concurrency", "an integer >= 1", cfg.reward.max_concurrency)
     _check(e, cfg.reward.max_retries >= 0, "reward.max_retries", "an integer >= 0", cfg.reward.max_retries)

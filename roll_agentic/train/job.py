@@ -41,6 +41,16 @@ def resolve_model_path(cfg: Config) -> str:
     return str(ensure_tiny_model(cfg.model.tiny_dir).resolve())
 
 
+def make_trainer(model_path: str, cfg: Config):
+    """In process for one CPU worker; Ray workers with torch.distributed otherwise."""
+    t = cfg.trainer
+    if t.num_workers == 1 and t.strategy == "ddp" and not t.resources:
+        return PolicyTrainer(model_path, t, cfg.algo, cfg.engine.temperature)
+    from roll_agentic.train.parallel import DataParallelTrainer
+
+    return DataParallelTrainer(model_path, t, cfg.algo, cfg.engine.temperature)
+
+
 def resolve_run_dir(cfg: Config) -> Path:
     root = Path(cfg.output_dir)
     if cfg.trainer.resume and not cfg.run_name:
@@ -90,10 +100,10 @@ class TrainingJob:
         shares = [TaskShare(t.name, t.weight, t.group_size) for t in cfg.tasks]
         self.buffer = ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
             shares, cfg.algo.groups_per_step, cfg.algo.alpha, cfg.trainer.seed)
-        self.trainer = PolicyTrainer(self.model_path, cfg.trainer, cfg.algo, cfg.engine.temperature)
+        self.trainer = make_trainer(self.model_path, cfg)
         self.publisher = WeightPublisher(self.engines, self.run_name)
         self._maybe_resume()
-        worker_cls = ray.remote(num_cpus=0)(RolloutWorker)
+        worker_cls = ray.remote(num_cpus=cfg.envs.num_cpus, resources=cfg.envs.resources or None)(RolloutWorker)
         for i in range(cfg.rollout.num_workers):
             w = worker_cls.remote(i, cfg.tasks, self.model_path, self.engines, self.router, self.buffer,
                                   cfg.algo.alpha, cfg.engine.temperature, cfg.engine.top_p,
@@ -214,6 +224,9 @@ class TrainingJob:
                 ray.get(w.stop.remote(), timeout=10)
         with contextlib.suppress(Exception):
             ray.get([e.shutdown.remote() for e in self.engines], timeout=30)
+        if hasattr(self, "trainer") and hasattr(self.trainer, "close"):
+            with contextlib.suppress(Exception):
+                self.trainer.close()
         for a in self.workers + self.engines:
             with contextlib.suppress(Exception):
                 ray.kill(a)

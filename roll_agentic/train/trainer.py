@@ -97,13 +97,19 @@ class PolicyTrainer:
     def apply(self) -> dict[str, float]:
         """All-reduces gradients (when distributed), clips, steps; returns the step's metrics."""
         if torch.distributed.is_available() and torch.distributed.is_initialized():
-            for p in self.model.parameters():
-                if p.grad is not None:
+            from roll_agentic.train.fsdp import is_sharded
+
+            if not is_sharded(self.model):  # FSDP has reduce-scattered already
+                for p in self.model.parameters():
+                    if p.grad is None:  # a rank with an empty shard still joins every collective
+                        p.grad = torch.zeros_like(p)
                     torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.SUM)
             t = torch.tensor([self._sums[k] for k in self._sums], dtype=torch.float64)
             torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
             self._sums = dict(zip(self._sums, t.tolist(), strict=True))
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
+            grad_norm = grad_norm.full_tensor()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         tokens = max(self._sums["tokens"], 1.0)
@@ -121,9 +127,13 @@ class PolicyTrainer:
         self._sums = self._zero_sums()
         return metrics
 
-    def train_step(self, samples: list[Sample]) -> dict[str, float]:
-        """ppo_epochs passes over the batch, one optimizer step each; metrics of the first."""
-        total = float(sum(sum(s.loss_mask) for s in samples))
+    def train_step(self, samples: list[Sample], total_tokens: float | None = None) -> dict[str, float]:
+        """ppo_epochs passes over the batch, one optimizer step each; metrics of the first.
+
+        `total_tokens` is the generated-token count of the whole batch when this
+        process holds only a shard of it (data parallel).
+        """
+        total = total_tokens if total_tokens is not None else float(sum(sum(s.loss_mask) for s in samples))
         first: dict[str, float] = {}
         for epoch in range(self.cfg.ppo_epochs):
             self.accumulate(samples, max(total, 1.0))
@@ -135,21 +145,26 @@ class PolicyTrainer:
     # -- weights and state ---------------------------------------------------------------
     def engine_state_dict(self) -> dict[str, torch.Tensor]:
         """Parameters under Hugging Face names, as engines load them (tied lm_head left out)."""
-        state = {k: v.detach().to("cpu").contiguous() for k, v in self.model.state_dict().items()}
+        from roll_agentic.train.fsdp import full_state_dict
+
+        state = full_state_dict(self.model)
         if getattr(self.model.config, "tie_word_embeddings", False):
             state.pop("lm_head.weight", None)
         return state
 
     def state(self) -> dict:
+        from roll_agentic.train.fsdp import full_optimizer_state
+
         return {
             "step": self.step,
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": full_optimizer_state(self.model, self.optimizer),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
         }
 
     def load_state(self, state: dict, weights: dict[str, torch.Tensor]) -> None:
-        self.model.load_state_dict(weights, strict=False)
-        self.optimizer.load_state_dict(state["optimizer"])
+        from roll_agentic.train.fsdp import load_full_state
+
+        load_full_state(self.model, self.optimizer, weights, state["optimizer"])
         self.step = int(state["step"])
         torch.set_rng_state(state["rng"]["torch"])
         np.random.set_state(state["rng"]["numpy"])

@@ -1,0 +1,67 @@
+"""FSDP2 sharding of the policy for GPU data-parallel training (trainer.strategy=fsdp).
+
+Every decoder layer and then the root module are wrapped with `fully_shard`.
+Our loss is already divided by the token count of the whole batch, so the
+reduce-scatter must *sum* gradients, not average them: the divide factor is 1.
+The trainer then skips its own all-reduce (FSDP has reduced already) and
+gathers full tensors when publishing weights to the engines.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    return getattr(model, "_roll_agentic_fsdp", False)
+
+
+def shard_model(trainer) -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    model = trainer.model
+    layers = getattr(getattr(model, "model", model), "layers", [])
+    for layer in layers:
+        fully_shard(layer)
+    fully_shard(model)
+    for module in [*layers, model]:
+        module.set_gradient_divide_factor(1.0)
+    model._roll_agentic_fsdp = True
+    # The optimizer must see the sharded parameters (DTensors), so it is rebuilt.
+    trainer.optimizer = torch.optim.AdamW(model.parameters(), lr=trainer.cfg.lr, weight_decay=trainer.cfg.weight_decay)
+
+
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Gathers every shard; each rank gets the full tensors on CPU."""
+    out = {}
+    for k, v in model.state_dict().items():
+        if hasattr(v, "full_tensor"):
+            v = v.full_tensor()
+        out[k] = v.detach().to("cpu").contiguous()
+    return out
+
+
+def full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """The optimizer state as one rank-independent dict (gathered under FSDP)."""
+    if not is_sharded(model):
+        return optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    return get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def load_full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    weights: dict[str, torch.Tensor], optim_state: dict) -> None:
+    if not is_sharded(model):
+        model.load_state_dict(weights, strict=False)  # a tied lm_head is absent from weights
+        optimizer.load_state_dict(optim_state)
+        return
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    opts = StateDictOptions(full_state_dict=True, strict=False)
+    set_model_state_dict(model, weights, options=opts)
+    set_optimizer_state_dict(model, optimizer, optim_state, options=opts)

@@ -1,0 +1,128 @@
+"""Data-parallel training over Ray workers with torch.distributed.
+
+`trainer.num_workers` Ray actors each hold a full `PolicyTrainer` (or, with
+`trainer.strategy=fsdp` on GPUs, an FSDP2-sharded one) and a shard of every
+batch. Each scales its loss by the whole batch's token count, gradients are
+summed across workers (gloo on CPU, NCCL on GPU), and every worker takes the
+same optimizer step, so parameters stay identical, bit for bit, without
+being broadcast.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import ray
+import torch
+
+from roll_agentic.config import AlgoConfig, TrainerConfig
+from roll_agentic.train.trainer import PolicyTrainer, Sample
+
+
+def shard_samples(samples: list[Sample], world: int) -> list[list[Sample]]:
+    """Greedy balance by generated tokens: the slowest worker sets the step time."""
+    shards: list[list[Sample]] = [[] for _ in range(world)]
+    load = [0] * world
+    for s in sorted(samples, key=lambda s: -len(s.token_ids)):
+        i = load.index(min(load))
+        shards[i].append(s)
+        load[i] += len(s.token_ids)
+    return shards
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class TrainerWorker:
+    """One rank. Lives in a Ray actor; the driver talks to it through DataParallelTrainer."""
+
+    def __init__(self, rank: int, world: int, model_path: str, cfg: TrainerConfig, algo: AlgoConfig,
+                 temperature: float):
+        self.rank, self.world = rank, world
+        self.args = (model_path, cfg, algo, temperature)
+        self.trainer: PolicyTrainer | None = None
+
+    def address(self) -> tuple[str, int]:
+        return ray.util.get_node_ip_address(), _free_port()
+
+    def init(self, master_addr: str, master_port: int) -> bool:
+        model_path, cfg, algo, temperature = self.args
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master_addr, str(master_port)
+        torch.set_num_threads(max(1, int(os.environ.get("ROLL_AGENTIC_TRAIN_THREADS", "1"))))
+        backend = "nccl" if cfg.device.startswith("cuda") else "gloo"
+        torch.distributed.init_process_group(backend, rank=self.rank, world_size=self.world)
+        if cfg.device.startswith("cuda"):
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        self.trainer = PolicyTrainer(model_path, cfg, algo, temperature)
+        if cfg.strategy == "fsdp":
+            from roll_agentic.train.fsdp import shard_model
+
+            shard_model(self.trainer)
+        # Same initial weights everywhere, whatever each process loaded.
+        for p in self.trainer.model.parameters():
+            torch.distributed.broadcast(p.data, src=0)
+        return True
+
+    def train_step(self, samples: list[Sample], total_tokens: float) -> dict[str, float]:
+        return self.trainer.train_step(samples, total_tokens)
+
+    def engine_state_dict(self) -> dict[str, torch.Tensor]:
+        return self.trainer.engine_state_dict()
+
+    def state(self) -> dict:
+        return self.trainer.state()
+
+    def load_state(self, state: dict, weights: dict[str, torch.Tensor]) -> None:
+        self.trainer.load_state(state, weights)
+
+    def parameters_flat(self) -> torch.Tensor:
+        return torch.cat([p.detach().reshape(-1).cpu() for p in self.trainer.model.parameters()])
+
+    def close(self) -> None:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+class DataParallelTrainer:
+    """The driver's view: the same methods as PolicyTrainer, run on every rank."""
+
+    def __init__(self, model_path: str, cfg: TrainerConfig, algo: AlgoConfig, temperature: float = 1.0):
+        actor = ray.remote(num_cpus=0 if not cfg.resources else None, resources=cfg.resources or None,
+                           num_gpus=1 if cfg.device.startswith("cuda") else 0)(TrainerWorker)
+        self.workers = [actor.remote(r, cfg.num_workers, model_path, cfg, algo, temperature)
+                        for r in range(cfg.num_workers)]
+        addr, port = ray.get(self.workers[0].address.remote())
+        ray.get([w.init.remote(addr, port) for w in self.workers])
+        self.step = 0
+
+    def train_step(self, samples: list[Sample], total_tokens: float | None = None) -> dict[str, float]:
+        total = total_tokens or float(sum(sum(s.loss_mask) for s in samples))
+        shards = shard_samples(samples, len(self.workers))
+        metrics = ray.get([w.train_step.remote(s, max(total, 1.0)) for w, s in zip(self.workers, shards, strict=True)])
+        self.step += 1
+        return metrics[0]  # all-reduced: identical on every rank
+
+    def engine_state_dict(self) -> dict[str, torch.Tensor]:
+        return ray.get(self.workers[0].engine_state_dict.remote())
+
+    def state(self) -> dict:
+        return ray.get(self.workers[0].state.remote())
+
+    def load_state(self, state: dict, weights: dict[str, torch.Tensor]) -> None:
+        ray.get([w.load_state.remote(state, weights) for w in self.workers])
+        self.step = int(state["step"])
+
+    def parameters_per_worker(self) -> list[torch.Tensor]:
+        return ray.get([w.parameters_flat.remote() for w in self.workers])
+
+    def close(self) -> None:
+        for w in self.workers:
+            try:
+                ray.get(w.close.remote(), timeout=10)
+            except Exception:
+                pass
+            ray.kill(w)

@@ -1,0 +1,90 @@
+import asyncio
+import time
+
+import gymnasium as gym
+
+from roll_agentic.config import EngineConfig, RewardConfig, TaskConfig
+from roll_agentic.engine.host import EngineHost
+from roll_agentic.engine.router import Router
+from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
+from roll_agentic.rollout.worker import RolloutWorker
+from tests.rollout.local_handle import LocalHandle
+
+
+class SlowCounter(gym.Env):
+    """Three turns, each env step takes `delay` seconds; reward 1 at the end."""
+
+    def __init__(self, delay: float = 0.0, turns: int = 3):
+        self.delay, self.turns, self.t = delay, turns, 0
+        self.observation_space = gym.spaces.Text(64)
+        self.action_space = gym.spaces.Text(64)
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return "count 0", {}
+
+    def step(self, action):
+        time.sleep(self.delay)
+        self.t += 1
+        done = self.t >= self.turns
+        return f"count {self.t}", float(done), done, False, {"success": done}
+
+    def close(self):
+        pass
+
+
+def _setup(model_path, alpha, delay, group_size=2):
+    task = TaskConfig(name="count", env_id="tests.rollout.test_worker:SlowCounter",
+                      env_kwargs={"delay": delay}, max_turns=5, reward="env_return", group_size=group_size,
+                      max_new_tokens=4)
+    engine = EngineHost("hf", model_path, EngineConfig(), seed=0)
+    buffer = TrajectoryBuffer([TaskShare("count", 1.0, group_size)], groups_per_step=1, alpha=alpha)
+    router = Router([("default", "cpu")], {"count": "default"})
+    worker = RolloutWorker(0, [task], model_path, [LocalHandle(engine)], LocalHandle(router), LocalHandle(buffer),
+                           alpha, 1.0, 1.0, 1024, RewardConfig(mode="local"), "", 1, 30.0)
+    return engine, buffer, worker
+
+
+def test_three_turn_episode_records_exactly_the_generated_tokens(tiny_model_path):
+    async def main():
+        engine, buffer, worker = _setup(tiny_model_path, alpha=1, delay=0.0)
+        run = asyncio.ensure_future(worker.run())
+        [group] = await asyncio.wait_for(buffer.get_batch(1, version=0), 60)
+        await buffer.stop()
+        await worker.stop()
+        await asyncio.wait_for(run, 30)
+        for traj in group:
+            assert traj.num_turns == 3 and traj.status == "ok" and traj.reward == 1.0
+            assert sum(traj.loss_mask) == sum(t.generated_tokens for t in traj.turns)
+            runs, n = [], 0  # lengths of the contiguous generated spans, one per turn
+            for m in traj.loss_mask + [0]:
+                if m:
+                    n += 1
+                elif n:
+                    runs.append(n)
+                    n = 0
+            assert runs == [t.generated_tokens for t in traj.turns]
+            assert all(lp < 0 for lp, m in zip(traj.logprobs, traj.loss_mask, strict=True) if m)
+    asyncio.run(main())
+
+
+def test_trajectory_beyond_the_staleness_bound_is_aborted_and_restarted(tiny_model_path, tmp_path):
+    from safetensors.torch import save_file
+
+    async def main():
+        engine, buffer, worker = _setup(tiny_model_path, alpha=0, delay=0.3)
+        weights = tmp_path / "w.safetensors"
+        save_file({k: v.contiguous() for k, v in engine.engine.model.state_dict().items()
+                   if k != "lm_head.weight"}, str(weights))
+        run = asyncio.ensure_future(worker.run())
+        await asyncio.sleep(0.5)  # episodes are mid-way, on version 0
+        await engine.load_weights(1, str(weights))
+        await buffer.advance(1)
+        [group] = await asyncio.wait_for(buffer.get_batch(1, version=1), 60)
+        await buffer.stop()
+        await worker.stop()
+        await asyncio.wait_for(run, 30)
+        assert worker.counters["stale_restarts"] >= 1
+        for traj in group:  # restarted: every turn on the new weights
+            assert traj.start_version == 1 and {t.weight_version for t in traj.turns} == {1}
+    asyncio.run(main())
