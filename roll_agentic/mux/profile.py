@@ -1,0 +1,143 @@
+"""Node classes and job profiles: the numbers every placement decision reads.
+
+Model assumptions (RollMux, MECHANISMS.md section 2), shared by the policies,
+the simulator and, later, the real multiplexer:
+
+- A node is 8 GPUs of one class. Rollout nodes are bandwidth-rich and cheap
+  (H20-class), training nodes compute-rich and dear (H800-class); an H800
+  GPU-hour costs 2.85x an H20 GPU-hour. A node is paid for from the moment a
+  group opens it until the last job pinned to it leaves.
+- A job profile is *conservative*: `roll_s` and `train_s` are the phase
+  times measured with every response at the maximum token limit, on the
+  job's own `n_rollout` rollout nodes and `n_train` training nodes. Real
+  phases are never longer than the profile.
+- A job's state lives in the host memory of every node it is pinned to
+  (`train_mem_gb` per training node: bf16 weights and fp32 Adam state;
+  `rollout_mem_gb` per rollout node: bf16 weights). While it is resident a
+  phase switch onto that node is warm (`warm_switch_s`); otherwise cold.
+- Weight sync after training crosses the slow inter-pool link (`sync_s`) and
+  holds no GPU: trainers push weights to the rollout nodes' host memory.
+  When rollout runs on the training GPUs themselves (co-located), sync is a
+  local reshard (`local_sync_s`).
+- Phase time scales inversely with node count, with `scale_efficiency` lost
+  on each node added beyond the profiled count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Pool(StrEnum):
+    ROLLOUT = "rollout"
+    TRAIN = "train"
+
+
+class PhaseKind(StrEnum):
+    ROLLOUT = "rollout"
+    TRAIN = "train"
+    SYNC = "sync"
+
+
+@dataclass(frozen=True)
+class NodeClass:
+    name: str
+    gpus_per_node: int
+    price_per_gpu_hour: float  # $ per GPU-hour
+    host_mem_gb: float  # host DRAM that can hold resident job state
+
+    @property
+    def price_per_hour(self) -> float:
+        return self.gpus_per_node * self.price_per_gpu_hour
+
+
+# Prices are relative: only the H800/H20 ratio (2.85) shapes any decision.
+H20 = NodeClass("H20", gpus_per_node=8, price_per_gpu_hour=1.0, host_mem_gb=1024.0)
+H800 = NodeClass("H800", gpus_per_node=8, price_per_gpu_hour=2.85, host_mem_gb=1024.0)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    rollout: NodeClass = H20
+    train: NodeClass = H800
+    # Warm start = host DRAM -> device; the paper measured up to 135 s cold
+    # from storage on an 8-GPU node and a warm switch up to 71.5x faster.
+    warm_switch_s: float = 135.0 / 71.5
+    cold_switch_s: float = 135.0
+    scale_efficiency: float = 0.9
+
+    def node_class(self, pool: Pool) -> NodeClass:
+        return self.rollout if pool is Pool.ROLLOUT else self.train
+
+    def price(self, pool: Pool) -> float:
+        return self.node_class(pool).price_per_hour
+
+
+@dataclass(frozen=True)
+class JobProfile:
+    job_id: str
+    kind: str  # "balanced" | "rollout_heavy" | "train_heavy"
+    size: str  # "small" | "medium" | "large"
+    n_rollout: int  # rollout nodes the job was profiled on
+    n_train: int  # training nodes the job was profiled on
+    roll_s: float  # worst-case rollout phase on n_rollout nodes
+    train_s: float  # worst-case training phase on n_train nodes
+    sync_s: float  # weight sync across the inter-pool link
+    local_sync_s: float  # weight reshard when rollout shares the training GPUs
+    train_mem_gb: float  # resident state per training node
+    rollout_mem_gb: float  # resident state per rollout node
+    slo: float  # tolerated slowdown of an iteration versus running alone
+    # Rollout throughput of one training-class GPU relative to one
+    # rollout-class GPU for this job's prefill/decode mix (co-located runs).
+    colo_roll_speed: float = 1.0
+
+    @property
+    def solo_iter_s(self) -> float:
+        return self.roll_s + self.sync_s + self.train_s
+
+    def solo_cost_per_hour(self, spec: ClusterSpec) -> float:
+        return self.n_rollout * spec.price(Pool.ROLLOUT) + self.n_train * spec.price(Pool.TRAIN)
+
+
+def _scaled(base_s: float, base_nodes: float, nodes: int, efficiency: float) -> float:
+    """Phase time on `nodes` nodes for a phase profiled on `base_nodes`."""
+    if nodes <= base_nodes:
+        return base_s * base_nodes / nodes
+    # Each node beyond the profiled count contributes only `efficiency` of one.
+    effective = base_nodes + (nodes - base_nodes) * efficiency
+    return base_s * base_nodes / effective
+
+
+@dataclass(frozen=True)
+class PhaseTimes:
+    roll_s: float
+    train_s: float
+    sync_s: float
+
+    @property
+    def iter_s(self) -> float:
+        return self.roll_s + self.sync_s + self.train_s
+
+
+def phase_times(
+    job: JobProfile, n_rollout: int, n_train: int, colocated: bool, spec: ClusterSpec
+) -> PhaseTimes:
+    """Worst-case phase times of `job` on a given allocation.
+
+    Co-located: the rollout runs on the `n_train` training-class nodes, whose
+    per-GPU rollout speed is `colo_roll_speed` times a rollout-class GPU.
+    """
+    eff = spec.scale_efficiency
+    if colocated:
+        roll_equiv = job.n_rollout / job.colo_roll_speed  # training nodes doing the same work
+        return PhaseTimes(
+            roll_s=_scaled(job.roll_s, roll_equiv, n_train, eff),
+            train_s=_scaled(job.train_s, job.n_train, n_train, eff),
+            sync_s=job.local_sync_s,
+        )
+    return PhaseTimes(
+        roll_s=_scaled(job.roll_s, job.n_rollout, n_rollout, eff),
+        train_s=_scaled(job.train_s, job.n_train, n_train, eff),
+        sync_s=job.sync_s,
+    )

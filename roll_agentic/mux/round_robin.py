@@ -1,0 +1,182 @@
+"""Intra-group schedule: round robin over per-node FIFOs of phases.
+
+Every node keeps a FIFO of phases. A job has one phase outstanding at a time;
+when it ends, the job's next phase is appended to the FIFOs of the nodes of
+the other pool (rollout -> train -> sync -> rollout). A phase that spans
+several nodes starts when it heads all their FIFOs and all are free. Because
+a phase is appended to all its FIFOs at one instant and instants are totally
+ordered, FIFO orders agree across nodes and no gang of nodes can deadlock.
+
+`evaluate_round_robin` runs this schedule deterministically for a few
+meta-iterations on worst-case phase times: it is the "simulate one
+round-robin meta-iteration" step of the SLO check, kept here, free of any
+simulator, so that the policy stays plain code. `evaluate_static_order` runs
+any other fixed phase order, for comparison in tests.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from roll_agentic.mux.group import Group, Pinning
+from roll_agentic.mux.profile import ClusterSpec, PhaseKind, PhaseTimes, Pool
+
+
+@dataclass(frozen=True)
+class PhaseSpec:
+    """One phase to enqueue: which job, which kind, on which nodes (none for sync)."""
+
+    job_id: str
+    kind: PhaseKind
+    nodes: tuple[int, ...]
+
+
+def round_robin_next(pin: Pinning, job_id: str, finished: PhaseKind | None) -> list[PhaseSpec]:
+    """The phase a job enqueues after `finished` (None: it just joined)."""
+    if finished is None or finished is PhaseKind.SYNC:
+        return [PhaseSpec(job_id, PhaseKind.ROLLOUT, pin.nodes_for(Pool.ROLLOUT))]
+    if finished is PhaseKind.ROLLOUT:
+        return [PhaseSpec(job_id, PhaseKind.TRAIN, pin.train_nodes)]
+    return [PhaseSpec(job_id, PhaseKind.SYNC, ())]
+
+
+@dataclass(frozen=True)
+class MemberPlan:
+    """A group member as the evaluator sees it: phase times and nodes."""
+
+    times: PhaseTimes
+    rollout_nodes: tuple[int, ...]
+    train_nodes: tuple[int, ...]
+
+
+def members_of(group: Group, spec: ClusterSpec) -> list[MemberPlan]:
+    return [
+        MemberPlan(group.times(j, spec), pin.nodes_for(Pool.ROLLOUT), pin.train_nodes)
+        for j, pin in group.pinning.items()
+    ]
+
+
+def _steady_period(ends: list[float]) -> float:
+    """Mean iteration time over the second half of a run (past the cold start)."""
+    k0 = len(ends) // 2
+    if len(ends) - 1 <= k0:
+        return ends[-1]
+    return (ends[-1] - ends[k0]) / (len(ends) - 1 - k0)
+
+
+def evaluate_round_robin(
+    members: Sequence[MemberPlan], meta_iterations: int | None = None, switch_s: float = 0.0
+) -> list[float]:
+    """Steady-state iteration time of each member under FIFO round robin.
+
+    A node pays `switch_s` when it starts a phase of another job or kind than
+    its previous one (a warm switch: the state is resident in host memory).
+    Phases are numbered 2*j (rollout of member j) and 2*j+1 (its training);
+    nodes are renumbered densely, because this runs inside every SLO check.
+    The cold start settles slowly when gangs of nodes overlap (head-of-line
+    blocking propagates), so the run lasts 6 + 3 * members iterations by
+    default and the period is read from its second half.
+    """
+    if meta_iterations is None:
+        meta_iterations = 6 + 3 * len(members)
+    index: dict[int, int] = {}
+    phase_nodes: list[list[int]] = []
+    phase_dur: list[float] = []
+    for m in members:
+        for ids, dur in ((m.rollout_nodes, m.times.roll_s), (m.train_nodes, m.times.train_s)):
+            phase_nodes.append([index.setdefault(n, len(index)) for n in ids])
+            phase_dur.append(dur)
+    n_nodes = len(index)
+    queues: list[deque[int]] = [deque() for _ in range(n_nodes)]
+    busy = [False] * n_nodes
+    last = [-1] * n_nodes
+    events: list[tuple[float, int, int]] = []  # (time, seq, phase or -1-j for a sync end)
+    ends: list[list[float]] = [[] for _ in members]
+    seq = 0
+
+    def try_start(ph: int, now: float) -> None:
+        nonlocal seq
+        ns = phase_nodes[ph]
+        for n in ns:
+            if busy[n] or queues[n][0] != ph:
+                return
+        switch = 0.0
+        for n in ns:
+            queues[n].popleft()
+            busy[n] = True
+            if last[n] != ph and last[n] != -1:
+                switch = switch_s
+        seq += 1
+        heapq.heappush(events, (now + switch + phase_dur[ph], seq, ph))
+
+    def enqueue(ph: int, now: float) -> None:
+        for n in phase_nodes[ph]:
+            queues[n].append(ph)
+        try_start(ph, now)
+
+    for j in range(len(members)):
+        enqueue(2 * j, 0.0)
+    while events:
+        now, _, ph = heapq.heappop(events)
+        if ph < 0:  # sync ended: the member's next rollout queues
+            enqueue(2 * (-1 - ph), now)
+            continue
+        j = ph // 2
+        for n in phase_nodes[ph]:
+            busy[n] = False
+            last[n] = ph
+        if ph % 2 == 0:
+            enqueue(ph + 1, now)
+        else:
+            ends[j].append(now)
+            if len(ends[j]) < meta_iterations:
+                seq += 1
+                heapq.heappush(events, (now + members[j].times.sync_s, seq, -1 - j))
+        for n in phase_nodes[ph]:
+            if queues[n] and not busy[n]:
+                try_start(queues[n][0], now)
+    # Train end to train end: one rollout, one train and one sync, as solo.
+    return [_steady_period(e) for e in ends]
+
+
+def evaluate_static_order(
+    members: Sequence[MemberPlan],
+    sequence: Sequence[int],
+    repeats: int = 6,
+    switch_s: float = 0.0,
+) -> float:
+    """Meta-iteration time when every node serves phases in a fixed order.
+
+    `sequence` lists member indices, repeats allowed: each occurrence is one
+    iteration (rollout, sync, train) of that member, and every node serves
+    the occurrences that touch it in this order. Round robin is the sequence
+    0..n-1; any other order is a permutation, possibly with repeats.
+    """
+    free: dict[int, float] = {}
+    last: dict[int, tuple[int, PhaseKind]] = {}
+    ready = [0.0] * len(members)  # when each member may start its next rollout
+    rep_ends: list[float] = []
+
+    def run(j: int, kind: PhaseKind, ns: tuple[int, ...], earliest: float, dur: float) -> float:
+        start = max([earliest] + [free.get(n, 0.0) for n in ns])
+        if any(last.get(n, (j, kind)) != (j, kind) for n in ns):
+            start += switch_s
+        end = start + dur
+        for n in ns:
+            free[n] = end
+            last[n] = (j, kind)
+        return end
+
+    for _ in range(repeats):
+        rep_end = 0.0
+        for j in sequence:
+            m = members[j]
+            r_end = run(j, PhaseKind.ROLLOUT, m.rollout_nodes, ready[j], m.times.roll_s)
+            t_end = run(j, PhaseKind.TRAIN, m.train_nodes, r_end, m.times.train_s)
+            ready[j] = t_end + m.times.sync_s
+            rep_end = max(rep_end, t_end)
+        rep_ends.append(rep_end)
+    return _steady_period(rep_ends)

@@ -1,0 +1,145 @@
+"""`roll-agentic sim ...`: the cluster simulator from the command line.
+
+  compare     all policies on one trace: $/h, SLO attainment, utilization
+  optimality  RollMux versus the brute-force optimum on small instances
+  scale       scheduler time to place a large trace's jobs
+  affinity    task-affine GPU pools versus a single pool (RollArt R1)
+
+With --json the last line of output is one JSON object; without, a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from roll_agentic.sim.trace import Trace, WorkloadSpec, generate_trace
+
+
+def _emit(args: argparse.Namespace, doc: dict, table: list[str]) -> int:
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        print("\n".join(table))
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from roll_agentic.sim.compare import compare
+
+    if args.trace:
+        trace = Trace.load(args.trace)
+    else:
+        trace = generate_trace(args.seed, WorkloadSpec(n_jobs=args.jobs, arrival=args.arrival))
+    if args.save_trace:
+        trace.save(args.save_trace)
+    doc, results = compare(trace, record=bool(args.plot))
+    if args.plot:
+        from roll_agentic.sim.plots import write_plots
+
+        doc["plots"] = write_plots(results, args.plot)
+    rows = [
+        f"{'policy':<10} {'$/h':>9} {'vs rollmux':>10} {'SLO met':>8} {'util':>6} {'slowdown':>9}"
+    ]
+    for name, cost in doc["cost_per_hour"].items():
+        saving = doc.get("rollmux_saving", {}).get(name, 1.0)
+        rows.append(
+            f"{name:<10} {cost:>9.1f} {saving:>9.2f}x {doc['slo_attainment'][name]:>8.3f} "
+            f"{doc['utilization'][name]:>6.3f} {doc['mean_slowdown'][name]:>9.3f}"
+        )
+    rows.append(
+        f"{doc['jobs']} jobs, seed {doc['seed']}, {doc['arrival']} arrivals; "
+        f"$/h over the solo span of {doc['reference_hours']} h"
+    )
+    return _emit(args, doc, rows)
+
+
+def _optimality(args: argparse.Namespace) -> int:
+    from roll_agentic.sim.compare import optimality
+
+    doc = optimality(args.instances, args.jobs, args.seed)
+    rows = [f"{'#':>3} {'jobs':>4} {'rollmux/optimal':>16} {'rollmux SLO':>12}"]
+    for i, r in enumerate(doc["per_instance"]):
+        rows.append(f"{i:>3} {r['jobs']:>4} {r['ratio']:>16.3f} {r['rollmux_slo']:>12.2f}")
+    rows.append(f"max ratio {doc['max_ratio_to_optimal']}, mean {doc['mean_ratio_to_optimal']}")
+    return _emit(args, doc, rows)
+
+
+def _scale(args: argparse.Namespace) -> int:
+    from roll_agentic.sim.compare import scale
+
+    doc = scale(args.jobs, args.seed)
+    rows = [f"{k}: {v}" for k, v in doc.items()]
+    return _emit(args, doc, rows)
+
+
+def _affinity(args: argparse.Namespace) -> int:
+    from roll_agentic.sim.affinity import affinity_report
+
+    doc = affinity_report()
+    rows = [
+        f"{'task':<12} {'routed to':>9} "
+        + " ".join(f"{c + ' $/traj':>14}" for c in doc["affinity_vs_pool"])
+    ]
+    for task, row in doc["per_task"].items():
+        costs = " ".join(f"{row[c]['cost_per_trajectory']:>14.6f}" for c in doc["affinity_vs_pool"])
+        rows.append(f"{task:<12} {doc['routing'][task]:>9} {costs}")
+    rows.append(
+        f"affinity vs cheaper single pool ({doc['cheaper_single_pool']}): "
+        f"{doc['affinity_vs_single_pool']}x; vs each: {doc['affinity_vs_pool']}"
+    )
+    return _emit(args, doc, rows)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    sim = subparsers.add_parser(
+        "sim",
+        help="cluster simulator for multi-job scheduling (RollMux)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = sim.add_subparsers(dest="sim_command", required=True)
+
+    def common(p: argparse.ArgumentParser, jobs: int) -> None:
+        p.add_argument("--jobs", type=int, default=jobs, help=f"number of jobs (default {jobs})")
+        p.add_argument("--seed", type=int, default=0, help="seed of the generated trace(s)")
+        p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+
+    p = sub.add_parser("compare", help="all policies on one trace")
+    common(p, 200)
+    p.add_argument("--trace", help="a trace JSON file (default: generate one from --jobs/--seed)")
+    p.add_argument(
+        "--arrival",
+        choices=["poisson", "philly"],
+        default="poisson",
+        help="arrival process of a generated trace",
+    )
+    p.add_argument("--save-trace", metavar="FILE", help="write the trace used to FILE as JSON")
+    p.add_argument("--plot", metavar="DIR", help="write Gantt and cost-over-time PNGs to DIR")
+    p.set_defaults(func=_compare)
+
+    p = sub.add_parser("optimality", help="RollMux vs brute-force optimum on small instances")
+    common(p, 8)
+    p.add_argument("--instances", type=int, default=20, help="number of random instances")
+    p.set_defaults(func=_optimality)
+
+    p = sub.add_parser("scale", help="scheduler time to place a large trace")
+    common(p, 2000)
+    p.set_defaults(func=_scale)
+
+    p = sub.add_parser("affinity", help="task-affine pools vs a single GPU pool")
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    p.set_defaults(func=_affinity)
+    return sim
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="roll-agentic")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["sim", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

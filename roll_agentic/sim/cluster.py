@@ -1,0 +1,296 @@
+"""Discrete-event simulator of a disaggregated cluster running many RL jobs.
+
+What it models (and what it does not):
+- Nodes are rented elastically: a node costs its class's $/h from the
+  moment a placement opens it until the last job pinned to it leaves. Cost
+  is node-hours x price, summed over the run; nothing is hard-coded.
+- Jobs arrive per the trace, are placed once by the policy under test, loop
+  rollout -> train -> sync for `n_iters` iterations, and leave.
+- Each node serves a FIFO of phases; which phases a job enqueues comes from
+  the policy's `next_phases` (round robin for all shipped policies).
+- Real phase lengths are the worst-case profile times the job's
+  per-iteration factors: rollout factor min(1, lognormal(ln 0.85, 0.12))
+  (the longest response usually sits near the length cap: long-tailed),
+  training factor U(0.85, 1) (scales with generated tokens). Factors come
+  from the job's own seed, so all policies see the same work.
+- A node that starts a phase of another job or kind than its previous one
+  pays a warm switch if its resident states fit its host memory, else a
+  cold one. Sync holds no GPU (weights go through host memory).
+- SLO: a job attains it if its time from arrival to the end of its last
+  completed iteration is <= SLO x the sum of the same iterations run alone
+  (solo: dedicated nodes, no switches). No queueing for capacity: the
+  cloud always has another node.
+- Not modelled: node failures, network contention between jobs' syncs,
+  partial-node allocations, the cold load of a job's very first phase
+  (identical across policies).
+"""
+
+from __future__ import annotations
+
+import time as wallclock
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from roll_agentic.mux.group import GroupBook, Node
+from roll_agentic.mux.policy import SchedulerPolicy
+from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseKind, Pool
+from roll_agentic.mux.round_robin import PhaseSpec
+from roll_agentic.sim.events import EventQueue, EventType
+from roll_agentic.sim.trace import TraceJob
+
+
+def iteration_factors(seed: int, n_iters: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-iteration (rollout, train) length factors in (0, 1] of the worst case."""
+    rng = np.random.default_rng(seed)
+    roll = np.minimum(1.0, np.exp(rng.normal(np.log(0.85), 0.12, n_iters)))
+    train = rng.uniform(0.85, 1.0, n_iters)
+    return roll, train
+
+
+def solo_iteration_s(job: TraceJob) -> np.ndarray:
+    roll, train = iteration_factors(job.seed, job.n_iters)
+    p = job.profile
+    return p.roll_s * roll + p.sync_s + p.train_s * train
+
+
+@dataclass
+class PhaseRecord:
+    node_id: int
+    pool: str
+    job_id: str
+    kind: str
+    start: float
+    end: float
+
+
+@dataclass
+class Allocation:
+    node_id: int
+    pool: str
+    price_per_hour: float
+    opened: float
+    closed: float = float("nan")
+
+
+@dataclass
+class JobOutcome:
+    job_id: str
+    arrival: float
+    end: float  # end of the last completed iteration (incl. its sync)
+    iters_done: int
+    n_iters: int
+    solo_s: float  # the same iterations run alone
+    slo: float
+
+    @property
+    def slowdown(self) -> float:
+        return (self.end - self.arrival) / self.solo_s if self.solo_s > 0 else float("inf")
+
+    @property
+    def attained(self) -> bool:
+        return self.iters_done > 0 and self.slowdown <= self.slo + 1e-9
+
+
+@dataclass
+class SimResult:
+    policy: str
+    allocations: list[Allocation]
+    jobs: list[JobOutcome]
+    busy_gpu_s: dict[str, float]
+    scheduler_time_s: float
+    end_time: float
+    phases: list[PhaseRecord] = field(default_factory=list)
+
+    @property
+    def total_cost(self) -> float:
+        return sum(a.price_per_hour * (a.closed - a.opened) / 3600.0 for a in self.allocations)
+
+    def node_gpu_s(self, spec: ClusterSpec) -> dict[str, float]:
+        out = {p.value: 0.0 for p in Pool}
+        for a in self.allocations:
+            out[a.pool] += (a.closed - a.opened) * spec.node_class(Pool(a.pool)).gpus_per_node
+        return out
+
+    def utilization(self, spec: ClusterSpec) -> float:
+        alloc = sum(self.node_gpu_s(spec).values())
+        return sum(self.busy_gpu_s.values()) / alloc if alloc > 0 else 0.0
+
+    @property
+    def slo_attainment(self) -> float:
+        return sum(j.attained for j in self.jobs) / len(self.jobs) if self.jobs else 1.0
+
+
+@dataclass
+class _JobRt:
+    trace: TraceJob
+    roll_f: np.ndarray
+    train_f: np.ndarray
+    group_id: int = -1
+    iters_done: int = 0
+    last_end: float = 0.0
+
+
+@dataclass
+class _NodeRt:
+    node: Node
+    queue: deque[PhaseSpec] = field(default_factory=deque)
+    busy: bool = False
+    last: tuple[str, PhaseKind] | None = None
+
+
+class ClusterSimulator:
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        policy: SchedulerPolicy,
+        record_phases: bool = False,
+        horizon_s: float | None = None,
+    ) -> None:
+        self.spec = spec
+        self.policy = policy
+        self.record_phases = record_phases
+        self.horizon_s = horizon_s
+
+    def run(self, trace_jobs: Sequence[TraceJob]) -> SimResult:
+        self._book = GroupBook(self.spec)
+        self._events = EventQueue()
+        self._nodes: dict[int, _NodeRt] = {}
+        self._jobs: dict[str, _JobRt] = {}
+        self._allocs: dict[int, Allocation] = {}
+        self._done_allocs: list[Allocation] = []
+        self._outcomes: list[JobOutcome] = []
+        self._busy = {p.value: 0.0 for p in Pool}
+        self._phases: list[PhaseRecord] = []
+        self._sched_s = 0.0
+        by_id = {j.profile.job_id: j for j in trace_jobs}
+        for j in trace_jobs:
+            self._events.push(j.arrival_s, EventType.ARRIVE, j.profile.job_id)
+        now = 0.0
+        while self._events:
+            if self.horizon_s is not None and self._events.peek_time() > self.horizon_s:
+                break
+            ev = self._events.pop()
+            now = ev.time
+            if ev.type is EventType.ARRIVE:
+                self._arrive(by_id[ev.job_id], now)
+            elif ev.type is EventType.SYNC_END:
+                self._job_iteration_end(ev.job_id, now)
+            else:
+                assert ev.kind is not None
+                self._phase_end(ev.job_id, ev.kind, now)
+        end = self.horizon_s if self.horizon_s is not None else now
+        for a in self._allocs.values():
+            a.closed = end
+            self._done_allocs.append(a)
+        for rt in self._jobs.values():  # still running at the horizon
+            self._outcomes.append(self._outcome(rt))
+        return SimResult(
+            self.policy.name,
+            self._done_allocs,
+            self._outcomes,
+            self._busy,
+            self._sched_s,
+            end,
+            self._phases,
+        )
+
+    # -- events ---------------------------------------------------------------
+
+    def _arrive(self, job: TraceJob, now: float) -> None:
+        t0 = wallclock.process_time()  # CPU time: robust to a busy machine
+        placement = self.policy.place(self._book.groups, job.profile)
+        self._sched_s += wallclock.process_time() - t0
+        group, opened = self._book.apply(placement, job.profile)
+        for node in opened:
+            self._nodes[node.node_id] = _NodeRt(node)
+            self._allocs[node.node_id] = Allocation(
+                node.node_id, node.pool.value, self.spec.price(node.pool), now
+            )
+        roll_f, train_f = iteration_factors(job.seed, job.n_iters)
+        rt = _JobRt(job, roll_f, train_f, group.group_id, last_end=job.arrival_s)
+        self._jobs[job.profile.job_id] = rt
+        self._enqueue(job.profile.job_id, None, now)
+
+    def _phase_end(self, job_id: str, kind: PhaseKind, now: float) -> None:
+        rt = self._jobs[job_id]
+        pin = self._book.groups[rt.group_id].pinning[job_id]
+        freed = pin.nodes_for(Pool.ROLLOUT) if kind is PhaseKind.ROLLOUT else pin.train_nodes
+        for nid in freed:
+            self._nodes[nid].busy = False
+        self._enqueue(job_id, kind, now)
+        for nid in freed:
+            node = self._nodes[nid]
+            if node.queue and not node.busy:
+                self._try_start(node.queue[0], now)
+
+    def _job_iteration_end(self, job_id: str, now: float) -> None:
+        rt = self._jobs[job_id]
+        rt.iters_done += 1
+        rt.last_end = now
+        if rt.iters_done < rt.trace.n_iters:
+            self._enqueue(job_id, PhaseKind.SYNC, now)
+            return
+        self._outcomes.append(self._outcome(rt))
+        del self._jobs[job_id]
+        for node in self._book.remove(job_id):
+            alloc = self._allocs.pop(node.node_id)
+            alloc.closed = now
+            self._done_allocs.append(alloc)
+            del self._nodes[node.node_id]
+
+    # -- phases ---------------------------------------------------------------
+
+    def _enqueue(self, job_id: str, finished: PhaseKind | None, now: float) -> None:
+        group = self._book.groups[self._jobs[job_id].group_id]
+        for ph in self.policy.next_phases(group, job_id, finished):
+            if ph.kind is PhaseKind.SYNC:
+                sync_s = group.times(job_id, self.spec).sync_s
+                self._events.push(now + sync_s, EventType.SYNC_END, job_id)
+                continue
+            for nid in ph.nodes:
+                self._nodes[nid].queue.append(ph)
+            self._try_start(ph, now)
+
+    def _try_start(self, ph: PhaseSpec, now: float) -> None:
+        nodes = [self._nodes[nid] for nid in ph.nodes]
+        if any(n.busy or n.queue[0] is not ph for n in nodes):
+            return
+        switch = 0.0
+        for n in nodes:
+            n.queue.popleft()
+            n.busy = True
+            if n.last != (ph.job_id, ph.kind):
+                resident = n.node.mem_used_gb <= n.node.mem_capacity_gb
+                warm = self.spec.warm_switch_s if resident else self.spec.cold_switch_s
+                switch = max(switch, warm if n.last is not None else 0.0)
+            n.last = (ph.job_id, ph.kind)
+        rt = self._jobs[ph.job_id]
+        times = self._book.groups[rt.group_id].times(ph.job_id, self.spec)
+        i = rt.iters_done
+        if ph.kind is PhaseKind.ROLLOUT:
+            dur = times.roll_s * float(rt.roll_f[i])
+        else:
+            dur = times.train_s * float(rt.train_f[i])
+        end = now + switch + dur
+        for n in nodes:
+            self._busy[n.node.pool.value] += (end - now) * self.spec.node_class(
+                n.node.pool
+            ).gpus_per_node
+            if self.record_phases:
+                self._phases.append(
+                    PhaseRecord(
+                        n.node.node_id, n.node.pool.value, ph.job_id, ph.kind.value, now, end
+                    )
+                )
+        self._events.push(end, EventType.PHASE_END, ph.job_id, ph.kind)
+
+    def _outcome(self, rt: _JobRt) -> JobOutcome:
+        p: JobProfile = rt.trace.profile
+        k = rt.iters_done
+        solo = float(np.sum(p.roll_s * rt.roll_f[:k] + p.sync_s + p.train_s * rt.train_f[:k]))
+        return JobOutcome(
+            p.job_id, rt.trace.arrival_s, rt.last_end, k, rt.trace.n_iters, solo, p.slo
+        )

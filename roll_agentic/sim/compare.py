@@ -1,0 +1,156 @@
+"""Experiments: policies side by side on one trace, optimality on small
+instances, and scheduler time at scale. Every figure comes from a simulated
+run; this module only arranges runs and divides.
+
+cost_per_hour: a policy's total node cost (node-hours x price over the run)
+divided by the same reference span for every policy: the solo run's span
+from first arrival to last departure. Policies that slow jobs down keep
+nodes longer and pay for it; dividing by each policy's own, longer span
+would hide that.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from roll_agentic.mux.placement import RollMuxPolicy
+from roll_agentic.mux.policy import SchedulerPolicy
+from roll_agentic.mux.profile import ClusterSpec
+from roll_agentic.sim.baselines import ColocatedPolicy, GreedyPolicy, RandomPolicy, SoloPolicy
+from roll_agentic.sim.cluster import ClusterSimulator, SimResult
+from roll_agentic.sim.optimal import ReplayPolicy, solve
+from roll_agentic.sim.trace import Trace, TraceJob, WorkloadSpec, generate_trace
+
+POLICIES = ("solo", "colocated", "random", "greedy", "rollmux")
+
+
+def make_policy(name: str, spec: ClusterSpec, seed: int = 0) -> SchedulerPolicy:
+    if name == "solo":
+        return SoloPolicy(spec)
+    if name == "colocated":
+        return ColocatedPolicy(spec)
+    if name == "random":
+        return RandomPolicy(spec, seed=seed)
+    if name == "greedy":
+        return GreedyPolicy(spec)
+    if name == "rollmux":
+        return RollMuxPolicy(spec)
+    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+
+
+def run_policies(
+    trace: Trace, spec: ClusterSpec, names: tuple[str, ...] = POLICIES, record: bool = False
+) -> dict[str, SimResult]:
+    return {
+        n: ClusterSimulator(spec, make_policy(n, spec, trace.seed), record_phases=record).run(
+            trace.jobs
+        )
+        for n in names
+    }
+
+
+def summarize(results: dict[str, SimResult], spec: ClusterSpec) -> dict:
+    ref = results.get("solo") or next(iter(results.values()))
+    first = min(j.arrival for j in ref.jobs)
+    ref_h = (ref.end_time - first) / 3600.0
+    cost = {n: r.total_cost / ref_h for n, r in results.items()}
+    out: dict = {
+        "cost_per_hour": {n: round(c, 1) for n, c in cost.items()},
+        "slo_attainment": {n: round(r.slo_attainment, 4) for n, r in results.items()},
+        "utilization": {n: round(r.utilization(spec), 4) for n, r in results.items()},
+        "mean_slowdown": {
+            n: round(float(np.mean([j.slowdown for j in r.jobs])), 4) for n, r in results.items()
+        },
+        "scheduler_time_s": {n: round(r.scheduler_time_s, 4) for n, r in results.items()},
+        "reference_hours": round(ref_h, 2),
+    }
+    if "rollmux" in cost:
+        out["rollmux_saving"] = {
+            n: round(c / cost["rollmux"], 3) for n, c in cost.items() if n != "rollmux"
+        }
+    return out
+
+
+def compare(trace: Trace, spec: ClusterSpec | None = None, record: bool = False):
+    spec = spec or ClusterSpec()
+    results = run_policies(trace, spec, record=record)
+    out = summarize(results, spec)
+    out["jobs"] = len(trace.jobs)
+    out["seed"] = trace.seed
+    out["arrival"] = trace.workload.arrival
+    return out, results
+
+
+def _instance(seed: int, n_jobs: int) -> list[TraceJob]:
+    """Jobs that all start at t=0 and outlive the horizon (steady state)."""
+    trace = generate_trace(seed, WorkloadSpec(n_jobs=n_jobs))
+    return [replace(j, arrival_s=0.0, n_iters=100_000) for j in trace.jobs]
+
+
+def _cost_per_work(result: SimResult) -> float:
+    work_h = sum(j.solo_s for j in result.jobs) / 3600.0
+    return result.total_cost / work_h
+
+
+def optimality(
+    instances: int = 20, max_jobs: int = 8, seed: int = 0, spec: ClusterSpec | None = None
+) -> dict:
+    """RollMux versus the brute-force optimum on small static instances.
+
+    Both placements run in the simulator for 40 of the longest solo
+    iterations; the ratio is of simulated $ per hour of solo-equivalent work.
+    """
+    spec = spec or ClusterSpec()
+    rng = np.random.default_rng(seed)
+    ratios: list[float] = []
+    slo: list[float] = []
+    rows = []
+    complete = True
+    for k in range(instances):
+        n = int(rng.integers(3, max_jobs + 1))
+        jobs = _instance(seed * 1000 + k, n)
+        horizon = 40.0 * max(j.profile.solo_iter_s for j in jobs)
+        rm = ClusterSimulator(spec, RollMuxPolicy(spec), horizon_s=horizon).run(jobs)
+        sol = solve([j.profile for j in jobs], spec)
+        complete = complete and sol.complete
+        opt = ClusterSimulator(spec, ReplayPolicy(spec, sol.steps), horizon_s=horizon).run(jobs)
+        ratio = _cost_per_work(rm) / _cost_per_work(opt)
+        ratios.append(ratio)
+        slo.append(rm.slo_attainment)
+        rows.append(
+            {
+                "jobs": n,
+                "ratio": round(ratio, 4),
+                "rollmux_slo": rm.slo_attainment,
+                "optimal_slo": opt.slo_attainment,
+                "visited": sol.visited,
+            }
+        )
+    return {
+        "instances": instances,
+        "max_jobs": max_jobs,
+        "max_ratio_to_optimal": round(max(ratios), 4),
+        "mean_ratio_to_optimal": round(float(np.mean(ratios)), 4),
+        "rollmux_slo_attainment": round(float(np.mean(slo)), 4),
+        "search_complete": complete,
+        "per_instance": rows,
+    }
+
+
+def scale(n_jobs: int = 2000, seed: int = 0, spec: ClusterSpec | None = None) -> dict:
+    """Scheduler CPU time to place every job of an `n_jobs` trace (RollMux)."""
+    spec = spec or ClusterSpec()
+    wl = WorkloadSpec(n_jobs=n_jobs, span_days=14.0 * n_jobs / 200)
+    trace = generate_trace(seed, wl)
+    t0 = time.perf_counter()
+    result = ClusterSimulator(spec, RollMuxPolicy(spec)).run(trace.jobs)
+    return {
+        "jobs": n_jobs,
+        f"scheduler_time_s_{n_jobs}_jobs": round(result.scheduler_time_s, 4),
+        "per_job_ms": round(1000 * result.scheduler_time_s / n_jobs, 4),
+        "slo_attainment": round(result.slo_attainment, 4),
+        "simulation_wall_s": round(time.perf_counter() - t0, 2),
+    }

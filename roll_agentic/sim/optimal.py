@@ -1,0 +1,160 @@
+"""Brute-force optimal placement for small instances (a yardstick for RollMux).
+
+Instance: up to ~8 jobs that all run at once (placed in a fixed order).
+Search: depth-first over every placement of every job: each existing group
+with every choice of its existing nodes (any subset of the right size, plus
+any number of new nodes in either pool), or a new group; subject only to the
+real constraints: host memory and every member's SLO under round robin on
+worst-case times (the same check and headroom RollMux uses).
+Objective: cost per unit of work, i.e. $/h of all nodes divided by the
+summed progress rates sum_k T_k(solo) / T_k(co-run), so that slowing a job
+down is not free. Branch and bound: $/h only grows as jobs are added and no
+rate exceeds 1, so cost_so_far / n_jobs bounds any completion from below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from roll_agentic.mux.group import CandidateKind, Group, GroupBook, Placement
+from roll_agentic.mux.placement import memory_ok, new_group_placement
+from roll_agentic.mux.policy import RoundRobinPhases
+from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
+from roll_agentic.mux.round_robin import evaluate_round_robin, members_of
+
+
+@dataclass(frozen=True)
+class Step:
+    """A placement by position, so it can be replayed on a fresh book."""
+
+    group: int | None  # ordinal of the group in opening order; None = new group
+    rollout: tuple[int, ...]  # ordinals of existing nodes within the group
+    train: tuple[int, ...]
+    new_rollout: int
+    new_train: int
+
+
+def plan_rates(book: GroupBook, spec: ClusterSpec) -> list[float] | None:
+    """Progress rates of all jobs, or None if any member misses its SLO."""
+    rates: list[float] = []
+    for group in book.groups.values():
+        periods = evaluate_round_robin(members_of(group, spec), switch_s=spec.warm_switch_s)
+        for p, t in zip(group.members.values(), periods, strict=True):
+            rates.append(min(1.0, p.solo_iter_s / t))
+    return rates
+
+
+def _slo_ok(group: Group, spec: ClusterSpec, headroom: float) -> bool:
+    periods = evaluate_round_robin(members_of(group, spec), switch_s=spec.warm_switch_s)
+    return all(
+        t * (1.0 + headroom) <= p.slo * p.solo_iter_s
+        for t, p in zip(periods, group.members.values(), strict=True)
+    )
+
+
+def _steps(book: GroupBook, job: JobProfile) -> list[Step]:
+    out = [Step(None, (), (), job.n_rollout, job.n_train)]
+    for gi, group in enumerate(book.groups.values()):
+        if any(p.colocated for p in group.pinning.values()):
+            continue
+        ids = list(group.nodes)
+        r_ids = [i for i, nid in enumerate(ids) if group.nodes[nid].pool is Pool.ROLLOUT]
+        t_ids = [i for i, nid in enumerate(ids) if group.nodes[nid].pool is Pool.TRAIN]
+        for k_t in range(min(job.n_train, len(t_ids)), -1, -1):
+            for k_r in range(min(job.n_rollout, len(r_ids)), -1, -1):
+                if k_t == 0 and k_r == 0:
+                    continue  # nothing shared: that is a new group
+                for ts in combinations(t_ids, k_t):
+                    for rs in combinations(r_ids, k_r):
+                        out.append(Step(gi, rs, ts, job.n_rollout - k_r, job.n_train - k_t))
+    return out
+
+
+def to_placement(book: GroupBook, step: Step, job: JobProfile, spec: ClusterSpec) -> Placement:
+    if step.group is None:
+        return new_group_placement(job, spec)
+    group = list(book.groups.values())[step.group]
+    ids = list(group.nodes)
+    extra = step.new_rollout * spec.price(Pool.ROLLOUT) + step.new_train * spec.price(Pool.TRAIN)
+    return Placement(
+        CandidateKind.PACK if extra == 0 else CandidateKind.ADD_ROLLOUT,
+        group.group_id,
+        rollout_nodes=tuple(ids[i] for i in step.rollout),
+        train_nodes=tuple(ids[i] for i in step.train),
+        new_rollout=step.new_rollout,
+        new_train=step.new_train,
+        extra_cost_per_hour=extra,
+    )
+
+
+@dataclass
+class OptimalResult:
+    objective: float  # $/h per unit of progress
+    steps: list[Step]
+    visited: int
+    complete: bool  # False if the node budget ran out before the search did
+
+
+def solve(
+    jobs: Sequence[JobProfile],
+    spec: ClusterSpec,
+    headroom: float = 0.05,
+    upper_bound: float = float("inf"),
+    node_budget: int = 200_000,
+) -> OptimalResult:
+    """The cheapest SLO-feasible placement of `jobs` by exhaustive search."""
+    book = GroupBook(spec)
+    n = len(jobs)
+    best = OptimalResult(upper_bound, [], 0, True)
+    path: list[Step] = []
+
+    def dfs(i: int, cost: float) -> None:
+        best.visited += 1
+        if best.visited > node_budget:
+            best.complete = False
+            return
+        if cost / n >= best.objective:
+            return
+        if i == n:
+            rates = plan_rates(book, spec)
+            if rates:
+                obj = cost / sum(rates)
+                if obj < best.objective:
+                    best.objective, best.steps = obj, list(path)
+            return
+        job = jobs[i]
+        for step in _steps(book, job):
+            p = to_placement(book, step, job, spec)
+            if p.group_id is not None and not memory_ok(book.groups[p.group_id], job, p):
+                continue
+            group, _ = book.apply(p, job)
+            # Alone, a job runs at its solo speed by definition.
+            if len(group.members) == 1 or _slo_ok(group, spec, headroom):
+                path.append(step)
+                dfs(i + 1, cost + p.extra_cost_per_hour)
+                path.pop()
+            book.remove(job.job_id)
+
+    dfs(0, 0.0)
+    return best
+
+
+@dataclass
+class ReplayPolicy(RoundRobinPhases):
+    """Places jobs exactly as a solved plan says (jobs must arrive in plan order)."""
+
+    spec: ClusterSpec
+    steps: list[Step]
+    name: str = "optimal"
+    _i: int = field(default=0, repr=False)
+
+    def place(self, groups: Mapping[int, Group], job: JobProfile) -> Placement:
+        # Positions are resolved against the caller's groups, which were
+        # opened in the same order as in the search.
+        shadow = GroupBook(self.spec)
+        shadow.groups = dict(groups)
+        p = to_placement(shadow, self.steps[self._i], job, self.spec)
+        self._i += 1
+        return p

@@ -1,0 +1,80 @@
+"""PNG plots of a simulated run: phases per node (Gantt) and cost over time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on cluster or CI machines
+import matplotlib.pyplot as plt  # noqa: E402
+
+from roll_agentic.sim.cluster import SimResult  # noqa: E402
+
+
+def gantt(result: SimResult, path: Path, max_nodes: int = 40, window_h: float = 12.0) -> None:
+    """Phases on the first `max_nodes` nodes over the first `window_h` hours."""
+    phases = [p for p in result.phases if p.start < window_h * 3600.0]
+    nodes = sorted({p.node_id for p in phases})[:max_nodes]
+    row = {nid: i for i, nid in enumerate(nodes)}
+    jobs = sorted({p.job_id for p in phases})
+    cmap = plt.get_cmap("tab20")
+    color = {j: cmap(i % 20) for i, j in enumerate(jobs)}
+    fig, ax = plt.subplots(figsize=(12, max(3.0, 0.25 * len(nodes))))
+    for p in phases:
+        if p.node_id not in row:
+            continue
+        ax.barh(
+            row[p.node_id],
+            (p.end - p.start) / 3600.0,
+            left=p.start / 3600.0,
+            color=color[p.job_id],
+            hatch="//" if p.kind == "train" else None,
+            edgecolor="black",
+            linewidth=0.2,
+        )
+    pool = {p.node_id: p.pool for p in phases}
+    ax.set_yticks(range(len(nodes)), [f"{pool[n][0].upper()}{n}" for n in nodes], fontsize=6)
+    ax.set_xlabel("hours (hatched = training, plain = rollout; colour = job)")
+    ax.set_title(f"{result.policy}: phases per node (R = rollout node, T = training node)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def cost_over_time(results: dict[str, SimResult], path: Path) -> None:
+    """Allocated $/h of each policy as a step function of time."""
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for name, r in results.items():
+        deltas: list[tuple[float, float]] = []
+        for a in r.allocations:
+            deltas += [(a.opened, a.price_per_hour), (a.closed, -a.price_per_hour)]
+        deltas.sort()
+        t, level, xs, ys = 0.0, 0.0, [0.0], [0.0]
+        for t, d in deltas:
+            xs.append(t / 3600.0)
+            ys.append(level)
+            level += d
+            xs.append(t / 3600.0)
+            ys.append(level)
+        ax.plot(xs, ys, label=name, linewidth=1)
+    ax.set_xlabel("hours")
+    ax.set_ylabel("allocated $/h")
+    ax.set_title("cluster cost over time")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_plots(results: dict[str, SimResult], out_dir: str | Path) -> list[str]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, r in results.items():
+        if r.phases:
+            gantt(r, out / f"gantt_{name}.png")
+            written.append(str(out / f"gantt_{name}.png"))
+    cost_over_time(results, out / "cost_over_time.png")
+    written.append(str(out / "cost_over_time.png"))
+    return written

@@ -1,0 +1,152 @@
+"""Job traces: arrivals, profiles, lengths, SLOs; generated from a seed, saved as JSON.
+
+Workload model (assumptions, chosen to resemble the RollMux trace of 3B-32B
+jobs with 4k-32k max lengths):
+- Three sizes. small: 7B on 1 rollout + 1 training node; medium: 14B on
+  2 + 1; large: 32B on 4 + 2. Host state per training node is 16 bytes per
+  parameter (bf16 weights and grads, fp32 master and Adam moments) split over
+  the job's training nodes; per rollout node, 2 bytes per parameter.
+- Three kinds by the rollout share rho of a worst-case iteration:
+  balanced rho ~ U(0.42, 0.58), rollout-heavy U(0.62, 0.80), train-heavy
+  U(0.20, 0.38). The worst-case iteration length L ~ U(l_min, l_max) s.
+- Weight sync moves bf16 weights over the slow inter-pool link
+  (`link_gb_s`) plus a fixed handshake; local resharding is faster.
+- SLO ~ U(1, 2). A job's length is its solo running time ~ U(h_min, h_max)
+  hours, rounded to whole iterations.
+- Arrivals: Poisson over `span_days`, or Philly-like bursts (gamma
+  inter-arrival times with shape 0.25: same mean rate, clumped).
+- Per-iteration phase-length factors are drawn by the simulator from each
+  job's own seed, so every policy sees the same durations.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from roll_agentic.mux.profile import JobProfile
+
+SIZES = {  # name: (params in billions, rollout nodes, training nodes)
+    "small": (7.0, 1, 1),
+    "medium": (14.0, 2, 1),
+    "large": (32.0, 4, 2),
+}
+KINDS = {  # name: range of the rollout share of a worst-case iteration
+    "balanced": (0.42, 0.58),
+    "rollout_heavy": (0.62, 0.80),
+    "train_heavy": (0.20, 0.38),
+}
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    arrival_s: float
+    n_iters: int
+    seed: int  # seeds this job's per-iteration phase lengths
+    profile: JobProfile
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    n_jobs: int = 200
+    span_days: float = 14.0
+    arrival: str = "poisson"  # "poisson" | "philly"
+    l_min_s: float = 1200.0
+    l_max_s: float = 2400.0
+    h_min: float = 24.0
+    h_max: float = 120.0
+    link_gb_s: float = 5.0
+    sync_fixed_s: float = 5.0
+    size_weights: tuple[float, float, float] = (0.4, 0.35, 0.25)
+    kind_weights: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)
+    slo_range: tuple[float, float] = (1.0, 2.0)
+
+
+@dataclass
+class Trace:
+    seed: int
+    workload: WorkloadSpec
+    jobs: list[TraceJob] = field(default_factory=list)
+
+    def save(self, path: str | Path) -> None:
+        doc = {
+            "version": 1,
+            "seed": self.seed,
+            "workload": asdict(self.workload),
+            "jobs": [
+                {
+                    "arrival_s": j.arrival_s,
+                    "n_iters": j.n_iters,
+                    "seed": j.seed,
+                    "profile": asdict(j.profile),
+                }
+                for j in self.jobs
+            ],
+        }
+        Path(path).write_text(json.dumps(doc, indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Trace:
+        doc = json.loads(Path(path).read_text())
+        wl = doc["workload"]
+        for key in ("size_weights", "kind_weights", "slo_range"):
+            wl[key] = tuple(wl[key])
+        jobs = [
+            TraceJob(j["arrival_s"], j["n_iters"], j["seed"], JobProfile(**j["profile"]))
+            for j in doc["jobs"]
+        ]
+        return cls(doc["seed"], WorkloadSpec(**wl), jobs)
+
+
+def make_profile(
+    job_id: str, kind: str, size: str, rng: np.random.Generator, wl: WorkloadSpec
+) -> JobProfile:
+    params_b, n_r, n_t = SIZES[size]
+    lo, hi = KINDS[kind]
+    rho = rng.uniform(lo, hi)
+    length = rng.uniform(wl.l_min_s, wl.l_max_s)
+    sync = 2.0 * params_b / wl.link_gb_s + wl.sync_fixed_s
+    return JobProfile(
+        job_id=job_id,
+        kind=kind,
+        size=size,
+        n_rollout=n_r,
+        n_train=n_t,
+        roll_s=round(rho * length, 1),
+        train_s=round((1.0 - rho) * length, 1),
+        sync_s=round(sync, 1),
+        local_sync_s=round(sync / 4.0, 1),
+        train_mem_gb=16.0 * params_b / n_t,
+        rollout_mem_gb=2.0 * params_b,
+        slo=round(rng.uniform(*wl.slo_range), 3),
+        # Rollout speed of a training-class GPU vs a rollout-class one:
+        # compute-rich GPUs win on prefill, lose slightly on decode.
+        colo_roll_speed=round(rng.uniform(0.85, 1.25), 3),
+    )
+
+
+def generate_trace(seed: int = 0, workload: WorkloadSpec | None = None) -> Trace:
+    wl = workload or WorkloadSpec()
+    rng = np.random.default_rng(seed)
+    mean_gap = wl.span_days * 86400.0 / wl.n_jobs
+    if wl.arrival == "poisson":
+        gaps = rng.exponential(mean_gap, wl.n_jobs)
+    elif wl.arrival == "philly":
+        gaps = rng.gamma(0.25, mean_gap / 0.25, wl.n_jobs)
+    else:
+        raise ValueError(f"arrival must be 'poisson' or 'philly', got {wl.arrival!r}")
+    arrivals = np.cumsum(gaps) - gaps[0]
+    sizes = list(SIZES)
+    kinds = list(KINDS)
+    trace = Trace(seed, wl)
+    for i, t in enumerate(arrivals):
+        size = sizes[rng.choice(3, p=np.asarray(wl.size_weights) / sum(wl.size_weights))]
+        kind = kinds[rng.choice(3, p=np.asarray(wl.kind_weights) / sum(wl.kind_weights))]
+        prof = make_profile(f"j{i:04d}", kind, size, rng, wl)
+        hours = rng.uniform(wl.h_min, wl.h_max)
+        n_iters = max(2, round(hours * 3600.0 / prof.solo_iter_s))
+        trace.jobs.append(TraceJob(float(t), int(n_iters), int(rng.integers(2**31)), prof))
+    return trace

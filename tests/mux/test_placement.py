@@ -1,0 +1,113 @@
+"""Inter-group placement: memory and SLO checks, candidate kinds, packing."""
+
+from roll_agentic.mux.group import CandidateKind, GroupBook, Placement
+from roll_agentic.mux.placement import (
+    RollMuxPolicy,
+    group_candidates,
+    memory_ok,
+    new_group_placement,
+    slo_ok,
+)
+from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
+
+SPEC = ClusterSpec()
+
+
+def job(i, rho=0.7, length=1800.0, slo=2.0, mem=112.0, n_r=1, n_t=1):
+    return JobProfile(
+        f"j{i}",
+        "rollout_heavy",
+        "small",
+        n_r,
+        n_t,
+        rho * length,
+        (1 - rho) * length,
+        8.0,
+        2.0,
+        mem,
+        14.0,
+        slo,
+    )
+
+
+def place_all(policy, jobs):
+    book = GroupBook(SPEC)
+    for j in jobs:
+        book.apply(policy.place(book.groups, j), j)
+    return book
+
+
+def test_memory_check_rejects_a_group_that_would_exceed_host_memory():
+    book = GroupBook(SPEC)
+    first = job(0, mem=600.0)
+    group, _ = book.apply(new_group_placement(first, SPEC), first)
+    pack = group_candidates(group, job(1, mem=600.0), SPEC)
+    train = group.node_ids(Pool.TRAIN)
+    probe = Placement(CandidateKind.PACK, group.group_id, train_nodes=tuple(train), new_rollout=1)
+    assert not memory_ok(group, job(1, mem=600.0), probe)  # 600 + 600 > 1024 GB
+    assert memory_ok(group, job(1, mem=400.0), probe)
+    assert pack == []  # no candidate pins to a node without room
+    policy = RollMuxPolicy(SPEC)
+    assert policy.place(book.groups, job(1, mem=600.0)).kind is CandidateKind.NEW_GROUP
+
+
+def test_slo_check_rejects_a_placement_that_breaks_a_members_slo():
+    book = GroupBook(SPEC)
+    short = job(0, rho=0.5, length=1000.0, slo=1.1)  # tolerates 10 % slowdown
+    group, _ = book.apply(new_group_placement(short, SPEC), short)
+    long = job(1, rho=0.25, length=1600.0, slo=2.0)  # would set a 1600 s cycle
+    cand = Placement(
+        CandidateKind.ADD_ROLLOUT,
+        group.group_id,
+        train_nodes=tuple(group.node_ids(Pool.TRAIN)),
+        new_rollout=1,
+    )
+    assert not slo_ok(group, long, cand, SPEC)
+    relaxed = job(0, rho=0.5, length=1000.0, slo=2.0)
+    book2 = GroupBook(SPEC)
+    g2, _ = book2.apply(new_group_placement(relaxed, SPEC), relaxed)
+    assert slo_ok(g2, long, cand, SPEC)
+    # The policy never picks the SLO-breaking candidate.
+    assert RollMuxPolicy(SPEC).place(book.groups, long).kind is CandidateKind.NEW_GROUP
+
+
+def test_rollout_heavy_jobs_share_a_training_node_three_ways():
+    jobs = [job(i) for i in range(9)]
+    book = place_all(RollMuxPolicy(SPEC), jobs)
+    solo = sum(j.solo_cost_per_hour(SPEC) for j in jobs)
+    assert len(book.groups) == 3
+    assert all(len(g.members) == 3 for g in book.groups.values())
+    assert solo / book.cost_per_hour() > 1.9  # 3 x (8 + 22.8) / (3 x 8 + 22.8)
+
+
+def test_complementary_jobs_pack_at_zero_extra_cost():
+    a = job(0, rho=0.7, length=1800.0)
+    b = job(1, rho=0.3, length=1800.0)  # train-heavy mirror image of a
+    book = place_all(RollMuxPolicy(SPEC), [a])
+    p = RollMuxPolicy(SPEC).place(book.groups, b)
+    assert p.kind is CandidateKind.PACK and p.extra_cost_per_hour == 0
+
+
+def test_saturated_groups_are_skipped():
+    heavy = [job(i, rho=0.2, length=1800.0) for i in range(2)]  # 1440 s of training each
+    book = place_all(RollMuxPolicy(SPEC), heavy)
+    assert len(book.groups) == 2  # the second cannot fit the first's 360 s idle window
+
+
+def test_all_members_keep_their_slo_in_the_plan():
+    import numpy as np
+
+    from roll_agentic.mux.round_robin import evaluate_round_robin, members_of
+
+    rng = np.random.default_rng(3)
+    jobs = [
+        job(i, rho=rng.uniform(0.2, 0.8), length=rng.uniform(1200, 2400), slo=rng.uniform(1.0, 2.0))
+        for i in range(40)
+    ]
+    book = place_all(RollMuxPolicy(SPEC), jobs)
+    for g in book.groups.values():
+        if len(g.members) < 2:
+            continue
+        periods = evaluate_round_robin(members_of(g, SPEC), switch_s=SPEC.warm_switch_s)
+        for p, t in zip(g.members.values(), periods, strict=True):
+            assert t <= p.slo * p.solo_iter_s
