@@ -22,6 +22,9 @@ import re
 import tempfile
 import threading
 
+import torch  # at import time: Lambda's init phase, paid once per environment
+from torch import nn
+
 LAMBDA_MEMORY_MB = 1024  # torch's CPU libraries alone take ~225 MB resident
 LAMBDA_TIMEOUT_S = 60
 FEATURES = 512
@@ -40,8 +43,6 @@ def default_weights_path() -> str:
 
 def featurize(text: str):
     """(1, FEATURES) float tensor of log1p token counts per hash bucket."""
-    import torch
-
     x = torch.zeros(1, FEATURES)
     for tok in _TOKEN.findall(text.lower()):
         h = int.from_bytes(hashlib.blake2b(tok.encode(), digest_size=8).digest(), "little")
@@ -50,9 +51,6 @@ def featurize(text: str):
 
 
 def _build():
-    import torch
-    from torch import nn
-
     g = torch.Generator().manual_seed(SEED)
     with torch.random.fork_rng(devices=[]):  # nn.Linear's own init draws from the global RNG
         model = nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, 1))
@@ -70,8 +68,6 @@ def load_model():
     with _LOCK:
         if _MODEL is not None:
             return _MODEL
-        import torch
-
         model = _build()
         path = os.environ.get("REWARD_MODEL_WEIGHTS") or default_weights_path()
         if os.path.isfile(path):
@@ -93,8 +89,6 @@ def _text(summary: dict) -> str:
 
 
 def reward(summary: dict) -> float:
-    import torch
-
     model = load_model()
     with torch.inference_mode():
         return float(torch.sigmoid(model(featurize(_text(summary))))[0, 0])
@@ -102,8 +96,6 @@ def reward(summary: dict) -> float:
 
 def handler(event, context):
     if _MODEL is None:
-        import torch
-
         torch.set_num_threads(1)  # one request per environment: no thread pool to fill
     summary = json.loads(event) if isinstance(event, str) else event
     return {"reward": reward(summary), "model_loads": _LOADS}

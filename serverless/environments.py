@@ -153,6 +153,7 @@ class EnvironmentPool:
 
     async def _start(self, rec: FunctionRecord, code_dir: Path) -> Environment:
         env_vars = {k: v for k, v in os.environ.items() if not k.startswith("ROLL_AGENTIC_SERVERLESS_")}
+        env_vars.setdefault("MALLOC_ARENA_MAX", "2")  # see worker.py: arenas count against RLIMIT_AS
         env_vars.update(rec.environment)
         env_vars.update(
             {
@@ -187,10 +188,14 @@ class EnvironmentPool:
                 (time.perf_counter() - t0) * 1000.0,
             ) from None
         env.init_ms = (time.perf_counter() - t0) * 1000.0  # what the caller waited: process start + import
-        if ready.get("error"):
+        error = ready.get("error")
+        if error is None and ready.get("max_rss_mb", 0) > rec.memory_mb:
+            error = {"errorType": "Runtime.OutOfMemory",
+                     "errorMessage": f"Init used {ready['max_rss_mb']} MB, more than MemorySize {rec.memory_mb} MB"}
+        if error:
             env.kill()
             await proc.wait()
-            raise InitError(ready["error"], env.init_ms)
+            raise InitError(error, env.init_ms)
         env.state = "ready"
         return env
 

@@ -10,13 +10,19 @@ milliseconds. The handler's own output is captured per invocation for the
 log tail; anything written straight to file descriptor 1 goes to stderr (the
 function's log file) so it can never corrupt the protocol.
 
-Memory: Lambda's MemorySize is the resident limit. RLIMIT_AS (address space)
-is set to MemorySize + ADDRESS_SPACE_ALLOWANCE_MB, because address space
-counts what is mapped but never touched (importing torch maps ~650 MB of
-shared libraries while using ~225 MB); the allowance keeps `import torch`
-possible while still stopping a runaway allocation with a MemoryError. The
-resident peak is sent back after every invocation and the emulator fails an
-invocation whose peak exceeded MemorySize, as Lambda would.
+Memory: Lambda's MemorySize is the resident limit, and the resident peak
+(`Max Memory Used`) is sent back after init and after every invocation: the
+emulator fails one that went over MemorySize, as Lambda would. On top,
+once the handler is imported, RLIMIT_AS (address space) is set to what the
+process has mapped by then + MemorySize + ADDRESS_SPACE_ALLOWANCE_MB, so a
+runaway allocation ends in a MemoryError instead of swapping the host. The
+limit is set after init, not before, because address space counts mapped
+but untouched pages: importing torch maps ~650 MB (CPU build) to several GB
+(CUDA build) of libraries it never touches, which a MemorySize-sized limit
+would refuse. The allowance (1 GiB) leaves room for thread stacks and for a
+lazy import of a CPU-sized library; import heavy libraries at module level,
+which is Lambda's own advice for init work. MALLOC_ARENA_MAX defaults to 2 in
+workers so that glibc's per-thread arenas do not eat the allowance.
 """
 
 from __future__ import annotations
@@ -133,11 +139,18 @@ def _invoke(handler, msg: dict) -> dict:
     return out
 
 
+def _mapped_bytes() -> int:
+    """This process's address space now (VmSize), what RLIMIT_AS counts."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def main() -> int:
     t_start = time.perf_counter()
     memory_mb = int(os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128"))
-    limit = (memory_mb + ADDRESS_SPACE_ALLOWANCE_MB) * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     proto_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray writes to fd 1 (a child process, a C library) land in the log
     task_root = os.environ["LAMBDA_TASK_ROOT"]
@@ -149,7 +162,12 @@ def main() -> int:
         if name != "__main__":
             del sys.modules[name]
     handler, init_error = _load_handler(os.environ["_HANDLER"])
-    write_frame(proto_out, {"type": "ready", "init_ms": (time.perf_counter() - t_start) * 1000.0, "error": init_error})
+    limit = _mapped_bytes() + (memory_mb + ADDRESS_SPACE_ALLOWANCE_MB) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    write_frame(proto_out, {
+        "type": "ready", "init_ms": (time.perf_counter() - t_start) * 1000.0, "error": init_error,
+        "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+    })
     if init_error is not None:
         return 1
     while True:
