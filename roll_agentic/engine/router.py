@@ -1,14 +1,35 @@
-"""Routing trajectories to engines: pool by task, then least loaded, then sticky.
+"""Routing trajectories to engines: pick a pool, then the least-loaded engine, then stick.
 
-A trajectory is assigned once, when it starts, and keeps its engine for every
-turn (its prefix cache lives there). Each task names a pool (RollArt's
-hardware affinity); tasks without one, and tasks whose pool has no live
-engine, go to the default pool, and the fallback is counted.
+A trajectory is assigned once, when its first prompt is ready, and keeps its
+engine for every turn (its prefix cache lives there). The pool comes from
+one of two policies:
+
+- `affinity` (RollArt R1): each task names its pool; tasks without one go to
+  the default pool.
+- `phase_aware`: the request's prefill tokens (context the engine does not
+  hold yet) and expected decode tokens (running per-task average) are priced
+  on each pool's hardware class with the cost model, and the cheapest pool
+  wins; ties go to the task's own pool.
+
+Inside a pool: the engine with the fewest active trajectories. A pool with no
+live engine sends its requests to the default pool and counts a fallback
+(and logs one warning per pool), so a lost pool slows a run, never stops it.
+`RoutingTable` is pure state (tested without Ray); `Router` is its Ray actor.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+from roll_agentic.engine.cost_model import CostModel, RequestMix
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DECODE_PRIOR = 32.0  # expected reply tokens of a task nothing is known about yet
+DEMAND_EMA = 0.3  # weight of the newest observation window in the running decode average
 
 
 @dataclass
@@ -22,38 +43,109 @@ class EngineSlot:
 
 
 @dataclass
+class TaskDemand:
+    """Running estimate of one task's reply length, from the engines' per-task counters."""
+
+    decode_per_request: float
+    observed: bool = False
+    seen_requests: float = 0.0  # the cumulative totals at the last observation
+    seen_decode: float = 0.0
+
+    def update(self, requests: float, decode_tokens: float) -> None:
+        dr, dd = requests - self.seen_requests, decode_tokens - self.seen_decode
+        self.seen_requests, self.seen_decode = requests, decode_tokens
+        if dr <= 0 or dd < 0:  # nothing new, or an engine restarted and its counters began again
+            return
+        sample = dd / dr
+        self.decode_per_request = sample if not self.observed else (
+            (1 - DEMAND_EMA) * self.decode_per_request + DEMAND_EMA * sample)
+        self.observed = True
+
+
+@dataclass
 class RoutingTable:
     """Pure routing state; the Router actor wraps it (kept separate to test without Ray)."""
 
     engines: list[EngineSlot]
     task_pools: dict[str, str]
     default_pool: str = "default"
+    policy: str = "affinity"  # affinity | phase_aware
+    cost_model: CostModel | None = None
+    decode_prior: dict[str, float] = field(default_factory=dict)  # task -> expected reply tokens
     sticky: dict[str, int] = field(default_factory=dict)
+    context: dict[str, int] = field(default_factory=dict)  # traj -> tokens its engine already holds
     routed: dict[str, dict[str, int]] = field(default_factory=dict)  # task -> pool -> count
     fallbacks: int = 0
+    fallbacks_by_pool: dict[str, int] = field(default_factory=dict)  # the pool that was wanted
+    demand: dict[str, TaskDemand] = field(default_factory=dict)
+    decisions: dict[str, dict] = field(default_factory=dict)  # task -> its latest phase-aware decision
+    _warned: set[str] = field(default_factory=set)
 
-    def assign(self, task: str, traj_id: str) -> int:
-        if traj_id in self.sticky and self.engines[self.sticky[traj_id]].alive:
-            return self.sticky[traj_id]
-        pool = self.task_pools.get(task, self.default_pool)
-        live = [e for e in self.engines if e.pool == pool and e.alive]
-        if not live:
-            if pool != self.default_pool:
-                self.fallbacks += 1
-            live = [e for e in self.engines if e.pool == self.default_pool and e.alive]
-        if not live:
-            live = [e for e in self.engines if e.alive]
-        if not live:
-            raise RuntimeError("no live rollout engine in any pool")
-        chosen = min(live, key=lambda e: (e.active, e.assigned_total))
+    def __post_init__(self) -> None:
+        if self.policy not in ("affinity", "phase_aware"):
+            raise ValueError(f"router policy: expected affinity or phase_aware, got {self.policy!r}")
+
+    # -- the decision ------------------------------------------------------------------------
+    def assign(self, task: str, traj_id: str, prompt_tokens: int = 0) -> int:
+        """The engine for `traj_id`'s next request of `prompt_tokens` tokens (0 = unknown)."""
+        index = self.sticky.get(traj_id)
+        if index is not None and self.engines[index].alive:
+            self.context[traj_id] = max(self.context.get(traj_id, 0), prompt_tokens)
+            return index
+        chosen = self._pick(task, self.choose_pool(task, traj_id, prompt_tokens))
         chosen.active += 1
         chosen.assigned_total += 1
         self.sticky[traj_id] = chosen.index
+        self.context[traj_id] = prompt_tokens
         by_pool = self.routed.setdefault(task, {})
         by_pool[chosen.pool] = by_pool.get(chosen.pool, 0) + 1
         return chosen.index
 
+    def estimate(self, task: str, traj_id: str, prompt_tokens: int) -> RequestMix:
+        """Prefill = the context the engine does not hold yet; decode = the task's running average."""
+        held = self.context.get(traj_id, 0) if traj_id in self.sticky else 0
+        demand = self.demand.get(task)
+        decode = demand.decode_per_request if demand else self.decode_prior.get(task, DEFAULT_DECODE_PRIOR)
+        return RequestMix(float(max(0, prompt_tokens - held)), float(decode))
+
+    def choose_pool(self, task: str, traj_id: str, prompt_tokens: int = 0) -> str:
+        """The pool a new trajectory should go to, before liveness is considered."""
+        own = self.task_pools.get(task, self.default_pool)
+        if self.policy != "phase_aware" or self.cost_model is None:
+            return own
+        # Ties keep the task's own pool, then the default one: candidates in that order.
+        hardware = self.pool_hardware()
+        order = [own, self.default_pool] + sorted(p for p in hardware if p not in (own, self.default_pool))
+        candidates = {p: hardware[p] for p in order if p in hardware}
+        mix = self.estimate(task, traj_id, prompt_tokens)
+        best, costs = self.cost_model.cheapest(candidates, mix)
+        if best is None:  # no pool's class is in the cost model: nothing to compare
+            return own
+        self.decisions[task] = {"pool": best, "prefill_tokens": mix.prefill_tokens,
+                                "decode_tokens": mix.decode_tokens, "cost_usd": dict(costs)}
+        return best
+
+    def _live(self, pool: str) -> list[EngineSlot]:
+        return [e for e in self.engines if e.pool == pool and e.alive]
+
+    def _pick(self, task: str, pool: str) -> EngineSlot:
+        live = self._live(pool)
+        if not live:
+            # The wanted pool is gone: the default pool serves, and the loss is counted.
+            self.fallbacks += 1
+            self.fallbacks_by_pool[pool] = self.fallbacks_by_pool.get(pool, 0) + 1
+            if pool not in self._warned:
+                self._warned.add(pool)
+                log.warning("router: pool %r has no live engine; task %r falls back to pool %r",
+                            pool, task, self.default_pool)
+            live = self._live(self.default_pool) or [e for e in self.engines if e.alive]
+        if not live:
+            raise RuntimeError("no live rollout engine in any pool")
+        return min(live, key=lambda e: (e.active, e.assigned_total))
+
+    # -- lifecycle of trajectories and engines -------------------------------------------------
     def release(self, traj_id: str) -> None:
+        self.context.pop(traj_id, None)
         index = self.sticky.pop(traj_id, None)
         if index is not None:
             self.engines[index].active = max(0, self.engines[index].active - 1)
@@ -62,30 +154,60 @@ class RoutingTable:
         slot = self.engines[index]
         slot.alive = False
         for traj, i in list(self.sticky.items()):
-            if i == index:
+            if i == index:  # their context died with the engine: the next engine prefills it all
                 del self.sticky[traj]
+                self.context.pop(traj, None)
         slot.active = 0
 
     def mark_alive(self, index: int) -> None:
         self.engines[index].alive = True
+        self._warned.discard(self.engines[index].pool)
+
+    def observe(self, engine_stats: list[dict]) -> None:
+        """Feeds the engines' cumulative per-task counters (EngineHost.stats) to the decode averages."""
+        totals: dict[str, list[float]] = {}
+        for s in engine_stats:
+            for task, t in (s.get("per_task") or {}).items():
+                acc = totals.setdefault(task, [0.0, 0.0])
+                acc[0] += float(t.get("requests", 0.0))
+                acc[1] += float(t.get("decode_tokens", 0.0))
+        for task, (requests, decode) in totals.items():
+            demand = self.demand.setdefault(task, TaskDemand(self.decode_prior.get(task, DEFAULT_DECODE_PRIOR)))
+            demand.update(requests, decode)
+
+    # -- views ---------------------------------------------------------------------------------
+    def pool_hardware(self) -> dict[str, str]:
+        hw: dict[str, str] = {}
+        for e in self.engines:
+            hw.setdefault(e.pool, e.hardware)
+        return hw
 
     def snapshot(self) -> dict:
         return {
-            "engines": [{"index": e.index, "pool": e.pool, "alive": e.alive, "active": e.active,
-                         "assigned_total": e.assigned_total} for e in self.engines],
+            "policy": self.policy,
+            "engines": [{"index": e.index, "pool": e.pool, "hardware": e.hardware, "alive": e.alive,
+                         "active": e.active, "assigned_total": e.assigned_total} for e in self.engines],
             "routed": {t: dict(p) for t, p in self.routed.items()},
             "fallbacks": self.fallbacks,
+            "fallbacks_by_pool": dict(self.fallbacks_by_pool),
+            "decode_per_request": {t: d.decode_per_request for t, d in self.demand.items()},
+            "decisions": {t: dict(d) for t, d in self.decisions.items()},
         }
 
 
 class Router:
     """Ray actor around a RoutingTable, shared by all trajectory workers."""
 
-    def __init__(self, engines: list[tuple[str, str]], task_pools: dict[str, str]):
-        self.table = RoutingTable([EngineSlot(i, pool, hw) for i, (pool, hw) in enumerate(engines)], task_pools)
+    def __init__(self, engines: list[tuple[str, str]], task_pools: dict[str, str], policy: str = "affinity",
+                 hardware: Mapping[str, Any] | None = None, decode_prior: dict[str, float] | None = None,
+                 default_pool: str = "default"):
+        cost_model = _cost_model(hardware) if hardware else None
+        self.table = RoutingTable([EngineSlot(i, pool, hw) for i, (pool, hw) in enumerate(engines)], task_pools,
+                                  default_pool=default_pool, policy=policy, cost_model=cost_model,
+                                  decode_prior=dict(decode_prior or {}))
 
-    def assign(self, task: str, traj_id: str) -> int:
-        return self.table.assign(task, traj_id)
+    def assign(self, task: str, traj_id: str, prompt_tokens: int = 0) -> int:
+        return self.table.assign(task, traj_id, prompt_tokens)
 
     def release(self, traj_id: str) -> None:
         self.table.release(traj_id)
@@ -96,5 +218,29 @@ class Router:
     def mark_alive(self, index: int) -> None:
         self.table.mark_alive(index)
 
+    def observe(self, engine_stats: list[dict]) -> None:
+        self.table.observe(engine_stats)
+
     def snapshot(self) -> dict:
         return self.table.snapshot()
+
+
+def _cost_model(hardware: Mapping[str, Any]) -> CostModel:
+    if all(isinstance(v, Mapping) for v in hardware.values()):
+        return CostModel.from_dicts(hardware)
+    return CostModel.from_specs(hardware)
+
+
+def router_kwargs(cfg: Any) -> dict:
+    """The Router's constructor arguments for a Config: its pools, task map, policy and cost model."""
+    from roll_agentic.config import effective_pools
+
+    return {
+        "engines": [(p.name, p.hardware) for p in effective_pools(cfg) for _ in range(p.num_engines)],
+        "task_pools": {t.name: t.pool for t in cfg.tasks},
+        "policy": cfg.router.policy,
+        "hardware": {name: {"prefill_tokens_per_s": h.prefill_tokens_per_s,
+                            "decode_tokens_per_s": h.decode_tokens_per_s, "price_per_hour": h.price_per_hour}
+                     for name, h in cfg.router.hardware.items()},
+        "decode_prior": {t.name: float(t.max_new_tokens) for t in cfg.tasks},
+    }

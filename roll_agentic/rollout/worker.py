@@ -84,7 +84,7 @@ class RolloutWorker:
     async def _env_call(self, fn, *args, **kwargs):
         try:
             return await asyncio.wait_for(asyncio.to_thread(fn, *args, **kwargs), self.env_step_timeout_s)
-        except asyncio.TimeoutError as err:
+        except TimeoutError as err:
             raise EnvFailure(f"env call {fn.__name__} exceeded {self.env_step_timeout_s}s") from err
         except Exception as err:  # an env's own bug must cost one episode, not the worker
             raise EnvFailure(f"env call {fn.__name__} raised {type(err).__name__}: {err}") from err
@@ -126,14 +126,22 @@ class RolloutWorker:
     async def _play(self, task: TaskConfig, ticket: Ticket, traj_id: str, attempt: int) -> Trajectory:
         env = self._take_env(task)
         healthy = False
-        engine_index = await self.router.assign.remote(task.name, traj_id)
+        assigned: list[int] = []
+
+        async def engine_for(prompt_tokens: int) -> Any:
+            # Assigned once, when the first prompt exists: the router sizes its prefill
+            # (phase-aware routing), and a slow env.reset holds no engine slot.
+            if not assigned:
+                assigned.append(await self.router.assign.remote(task.name, traj_id, prompt_tokens))
+            return self.engines[assigned[0]]
+
         try:
-            traj = await self._play_on(env, engine_index, task, ticket, traj_id, attempt)
+            traj = await self._play_on(env, engine_for, task, ticket, traj_id, attempt)
             healthy = True
             return traj
         except Exception as err:
-            if not isinstance(err, (Stale, EnvFailure)):
-                await self.router.mark_dead.remote(engine_index)
+            if assigned and not isinstance(err, (Stale, EnvFailure)):
+                await self.router.mark_dead.remote(assigned[0])
             healthy = isinstance(err, Stale)
             raise
         finally:
@@ -146,9 +154,8 @@ class RolloutWorker:
                 except Exception:
                     pass
 
-    async def _play_on(self, env: Any, engine_index: int, task: TaskConfig, ticket: Ticket,
+    async def _play_on(self, env: Any, engine_for: Any, task: TaskConfig, ticket: Ticket,
                        traj_id: str, attempt: int) -> Trajectory:
-        engine = self.engines[engine_index]
         sampling = SamplingParams(max_tokens=task.max_new_tokens, temperature=self.temperature,
                                   top_p=self.top_p, stop_token_ids=self.fmt.stop_token_ids)
         t = time.perf_counter()
@@ -169,6 +176,7 @@ class RolloutWorker:
                                                                  conv.logprobs[:before])
                 traj.truncated = True  # the context is full: end the episode, keep what it did
                 break
+            engine = await engine_for(len(conv.token_ids))
             t = time.perf_counter()
             result = await engine.generate.remote(conv.token_ids, sampling, f"{traj_id}-a{attempt}-t{turn}", task.name)
             llm_s = time.perf_counter() - t

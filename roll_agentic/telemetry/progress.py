@@ -41,6 +41,8 @@ class ProgressDisplay:
                            ("time/step_s", "step time (s)")]:
             v = m.get(key)
             t.add_row(label, "-" if v is None else f"{v:.3g}")
+        for pool in pools_in(m):
+            t.add_row(f"pool {pool}", pool_summary(m, pool))
         return t
 
     def update(self, metrics: dict) -> None:
@@ -52,4 +54,22 @@ class ProgressDisplay:
                   f"tok/s {metrics.get('rollout/tokens_per_s', 0):.0f}  "
                   f"in-flight {metrics.get('rollout/in_flight', 0):.0f}  "
                   f"staleness {metrics.get('rollout/staleness_mean', 0):.2f}  "
-                  f"step {metrics.get('time/step_s', 0):.1f}s", flush=True)
+                  f"step {metrics.get('time/step_s', 0):.1f}s"
+                  + "".join(f"  | {p}: {pool_summary(metrics, p)}" for p in pools_in(metrics)), flush=True)
+
+
+def pools_in(m: dict) -> list[str]:
+    """The engine pools a step's metrics report on (pool/<name>/busy_fraction)."""
+    return sorted(k.split("/")[1] for k in m if k.startswith("pool/") and k.endswith("/busy_fraction"))
+
+
+def pool_summary(m: dict, pool: str) -> str:
+    """One pool in one line: busy, queue, token rates, live engines, fallbacks, cost so far."""
+    k = f"pool/{pool}"
+    text = (f"busy {100 * m.get(f'{k}/busy_fraction', 0.0):.0f}%  queue {m.get(f'{k}/outstanding', 0.0):.0f}  "
+            f"prefill {m.get(f'{k}/prefill_tokens_per_s', 0.0):.0f}/s  "
+            f"decode {m.get(f'{k}/decode_tokens_per_s', 0.0):.0f}/s  "
+            f"live {m.get(f'{k}/live_engines', 0.0):.0f}  ${m.get(f'{k}/cost_usd', 0.0):.4f}")
+    if m.get(f"{k}/fallbacks"):
+        text += f"  fallbacks {m[f'{k}/fallbacks']:.0f}"
+    return text

@@ -20,7 +20,8 @@ from roll_agentic.cluster import init_ray
 from roll_agentic.config import Config, effective_pools, validate
 from roll_agentic.engine.factory import resolve_backend
 from roll_agentic.engine.host import engine_actor_class
-from roll_agentic.engine.router import Router
+from roll_agentic.engine.pool_stats import collect_engine_stats
+from roll_agentic.engine.router import Router, router_kwargs
 from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
 from roll_agentic.rollout.worker import RolloutWorker
 from roll_agentic.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -90,13 +91,12 @@ class TrainingJob:
         self._start_rewards()
         for pool in effective_pools(cfg):
             actor = engine_actor_class(num_cpus=1 if not pool.resources else 0, resources=pool.resources)
-            for i in range(pool.num_engines):
+            for _ in range(pool.num_engines):
                 self.engines.append(actor.remote(backend, self.model_path, cfg.engine,
                                                  cfg.trainer.seed + len(self.engines), pool.name, pool.hardware))
                 self.engine_pools.append(pool.name)
         ray.get([e.ping.remote() for e in self.engines])
-        hosts = [(p.name, p.hardware) for p in effective_pools(cfg) for _ in range(p.num_engines)]
-        self.router = ray.remote(num_cpus=0)(Router).remote(hosts, {t.name: t.pool for t in cfg.tasks})
+        self.router = ray.remote(num_cpus=0)(Router).remote(**router_kwargs(cfg))
         shares = [TaskShare(t.name, t.weight, t.group_size) for t in cfg.tasks]
         self.buffer = ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
             shares, cfg.algo.groups_per_step, cfg.algo.alpha, cfg.trainer.seed)
@@ -111,7 +111,7 @@ class TrainingJob:
                                   cfg.rollout.groups_in_flight, cfg.rollout.env_step_timeout_s)
             self.workers.append(w)
         self.worker_runs = [w.run.remote() for w in self.workers]
-        self._last_engine_stats = ray.get([e.stats.remote() for e in self.engines])
+        self._last_engine_stats = collect_engine_stats(self.engines, None, self.engine_pools)
 
     def _start_rewards(self) -> None:
         r = self.cfg.reward
@@ -167,11 +167,13 @@ class TrainingJob:
         t2 = time.perf_counter()
         sync_m = self.sync_phase()
         t3 = time.perf_counter()
-        engine_stats = ray.get([e.stats.remote() for e in self.engines])
+        engine_stats = collect_engine_stats(self.engines, self._last_engine_stats, self.engine_pools)
+        self.router.observe.remote(engine_stats)  # phase-aware routing learns each task's reply length
         worker_stats = ray.get([w.stats.remote() for w in self.workers])
         buffer_m = ray.get(self.buffer.metrics.remote())
         m = rollout_metrics(groups, self.version - 1, engine_stats, self._last_engine_stats,
-                            worker_stats, t3 - t0)
+                            worker_stats, t3 - t0, routing=ray.get(self.router.snapshot.remote()),
+                            prices={p.name: p.price_per_hour for p in effective_pools(self.cfg)})
         self._last_engine_stats = engine_stats
         m.update(train_m)
         m.update(sync_m)
@@ -183,7 +185,7 @@ class TrainingJob:
     # -- the whole run ------------------------------------------------------------------------
     def run(self) -> dict:
         from roll_agentic.telemetry.metrics import MetricsLog
-        from roll_agentic.telemetry.plots import reward_curve
+        from roll_agentic.telemetry.plots import pool_busy, reward_curve
         from roll_agentic.telemetry.progress import ProgressDisplay
 
         cfg = self.cfg
@@ -212,6 +214,7 @@ class TrainingJob:
             log.close()
             if cfg.telemetry.plots and rows:
                 reward_curve(rows, tasks, self.run_dir / "reward_curve.png")
+                pool_busy(rows, [p.name for p in effective_pools(cfg)], self.run_dir / "pools.png")
             self.close()
         print(f"run dir: {self.run_dir}", flush=True)
         return {"run_dir": str(self.run_dir), "steps": self.version, "interrupted": interrupted, "metrics": rows}

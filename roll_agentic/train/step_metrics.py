@@ -18,7 +18,8 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def rollout_metrics(groups: list[list[Trajectory]], version: int, engine_stats: list[dict],
-                    last_engine_stats: list[dict], worker_stats: list[dict], step_s: float) -> dict[str, float]:
+                    last_engine_stats: list[dict], worker_stats: list[dict], step_s: float,
+                    routing: dict | None = None, prices: dict[str, float] | None = None) -> dict[str, float]:
     trajs = [t for g in groups for t in g]
     m: dict[str, float] = {}
     for task in sorted({t.task for t in trajs}):
@@ -49,8 +50,67 @@ def rollout_metrics(groups: list[list[Trajectory]], version: int, engine_stats: 
     m["reward/latency_p99_ms"] = 1000 * _pct(lat, 0.99)
     m["reward/gb_s"] = gb_s
     m["reward/cost_usd"] = len(infos) * LAMBDA_PRICE_PER_REQUEST + gb_s * LAMBDA_PRICE_PER_GB_S
-    for e in engine_stats:
-        pool = e.get("pool", "default")
-        key = f"pool/{pool}/busy_fraction"
-        m[key] = max(m.get(key, 0.0), min(1.0, e.get("busy_s", 0.0) / max(e.get("uptime_s", 1.0), 1e-9)))
+    m.update(pool_metrics(engine_stats, last_engine_stats, step_s, routing, prices))
+    return m
+
+
+def _task_tokens(stats: dict | None) -> tuple[float, float]:
+    per_task = (stats or {}).get("per_task") or {}
+    return (sum(t.get("prefill_tokens", 0.0) for t in per_task.values()),
+            sum(t.get("decode_tokens", 0.0) for t in per_task.values()))
+
+
+def pool_metrics(engine_stats: list[dict], last_engine_stats: list[dict] | None, step_s: float,
+                 routing: dict | None = None, prices: dict[str, float] | None = None) -> dict[str, float]:
+    """Per engine pool, over the step: busy fraction, queue, token rates; so far: routing, cost.
+
+    `engine_stats` are EngineHost.stats() (dead engines carry their last figures
+    and alive=False, see engine/pool_stats.py); `routing` is Router.snapshot();
+    `prices` maps a pool to its price per engine-hour.
+    """
+    m: dict[str, float] = {}
+    last = list(last_engine_stats or [])
+    last += [None] * (len(engine_stats) - len(last))
+    pools: dict[str, list[tuple[dict, dict | None]]] = {}
+    for e, p in zip(engine_stats, last, strict=False):
+        pools.setdefault(e.get("pool", "default"), []).append((e, p))
+    total_cost = 0.0
+    for pool, members in sorted(pools.items()):
+        live = [(e, p) for e, p in members if e.get("alive", True)]
+        busy = []
+        for e, p in live:
+            # Over the step where a previous reading exists, else since the engine started.
+            d_busy = e.get("busy_s", 0.0) - (p.get("busy_s", 0.0) if p else 0.0)
+            d_up = e.get("uptime_s", 0.0) - (p.get("uptime_s", 0.0) if p else 0.0)
+            busy.append(min(1.0, max(0.0, d_busy) / d_up) if d_up > 0 else 0.0)
+        prefill = decode = 0.0
+        for e, p in members:
+            (pf, dc), (pf0, dc0) = _task_tokens(e), _task_tokens(p)
+            prefill += max(0.0, pf - pf0)  # an engine that restarted counts from zero again
+            decode += max(0.0, dc - dc0)
+        cost = (prices or {}).get(pool, 0.0) / 3600.0 * sum(e.get("uptime_s", 0.0) for e, _ in members)
+        total_cost += cost
+        k = f"pool/{pool}"
+        m[f"{k}/busy_fraction"] = sum(busy) / len(busy) if busy else 0.0
+        m[f"{k}/outstanding"] = float(sum(e.get("outstanding", 0) for e, _ in live))
+        m[f"{k}/live_engines"] = float(len(live))
+        m[f"{k}/prefill_tokens_per_s"] = prefill / max(step_s, 1e-9)
+        m[f"{k}/decode_tokens_per_s"] = decode / max(step_s, 1e-9)
+        m[f"{k}/cost_usd"] = cost
+        served: dict[str, float] = {}
+        for e, _ in members:
+            for task, t in (e.get("per_task") or {}).items():
+                served[task] = served.get(task, 0.0) + t.get("requests", 0.0)
+        for task, n in served.items():
+            m[f"{k}/served/{task}"] = n  # requests this pool's engines answered, by task
+    m["cost/pools_usd"] = total_cost
+    if routing:
+        for task, by_pool in routing.get("routed", {}).items():
+            for pool, n in by_pool.items():
+                m[f"pool/{pool}/routed/{task}"] = float(n)  # trajectories sent there, by task
+        m["router/fallbacks"] = float(routing.get("fallbacks", 0))
+        for pool, n in routing.get("fallbacks_by_pool", {}).items():
+            m[f"pool/{pool}/fallbacks"] = float(n)
+        for task, d in routing.get("decode_per_request", {}).items():
+            m[f"router/{task}/decode_per_request"] = float(d)
     return m
