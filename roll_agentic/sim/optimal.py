@@ -36,22 +36,37 @@ class Step:
     new_train: int
 
 
-def plan_rates(book: GroupBook, spec: ClusterSpec) -> list[float] | None:
-    """Progress rates of all jobs, or None if any member misses its SLO."""
-    rates: list[float] = []
-    for group in book.groups.values():
-        periods = evaluate_round_robin(members_of(group, spec), switch_s=spec.warm_switch_s)
-        for p, t in zip(group.members.values(), periods, strict=True):
-            rates.append(min(1.0, p.solo_iter_s / t))
-    return rates
+def signature(group: Group) -> tuple:
+    """The group up to renaming its nodes: the multiset of per-node job sets.
+
+    Which jobs share which node is all that the pinning says, so two groups
+    with equal signatures schedule identically; the search visits one.
+    """
+    return tuple(sorted((n.pool.value, tuple(sorted(n.jobs))) for n in group.nodes.values()))
 
 
-def _slo_ok(group: Group, spec: ClusterSpec, headroom: float) -> bool:
-    periods = evaluate_round_robin(members_of(group, spec), switch_s=spec.warm_switch_s)
-    return all(
-        t * (1.0 + headroom) <= p.slo * p.solo_iter_s
-        for t, p in zip(periods, group.members.values(), strict=True)
-    )
+class _GroupCache:
+    """SLO feasibility and progress rates per group signature (member order kept)."""
+
+    def __init__(self, spec: ClusterSpec, headroom: float) -> None:
+        self.spec, self.headroom = spec, headroom
+        self._memo: dict[tuple, tuple[bool, float]] = {}
+
+    def assess(self, group: Group) -> tuple[bool, float]:
+        key = (tuple(group.pinning), signature(group))
+        hit = self._memo.get(key)
+        if hit is None:
+            periods = evaluate_round_robin(
+                members_of(group, self.spec), switch_s=self.spec.warm_switch_s
+            )
+            profiles = list(group.members.values())
+            ok = len(profiles) == 1 or all(  # alone, a job runs at solo speed by definition
+                t * (1.0 + self.headroom) <= p.slo * p.solo_iter_s
+                for t, p in zip(periods, profiles, strict=True)
+            )
+            rate = sum(min(1.0, p.solo_iter_s / t) for p, t in zip(profiles, periods, strict=True))
+            hit = self._memo[key] = (ok, rate)
+        return hit
 
 
 def _steps(book: GroupBook, job: JobProfile) -> list[Step]:
@@ -109,6 +124,8 @@ def solve(
     n = len(jobs)
     best = OptimalResult(upper_bound, [], 0, True)
     path: list[Step] = []
+    cache = _GroupCache(spec, headroom)
+    seen: set[tuple] = set()
 
     def dfs(i: int, cost: float) -> None:
         best.visited += 1
@@ -117,21 +134,24 @@ def solve(
             return
         if cost / n >= best.objective:
             return
+        state = tuple(sorted(signature(g) for g in book.groups.values()))
+        if state in seen:  # reached before by placing the same jobs differently
+            return
+        seen.add(state)
         if i == n:
-            rates = plan_rates(book, spec)
-            if rates:
-                obj = cost / sum(rates)
-                if obj < best.objective:
-                    best.objective, best.steps = obj, list(path)
+            rate = sum(cache.assess(g)[1] for g in book.groups.values())
+            obj = cost / rate
+            if obj < best.objective:
+                best.objective, best.steps = obj, list(path)
             return
         job = jobs[i]
-        for step in _steps(book, job):
-            p = to_placement(book, step, job, spec)
+        steps = [(step, to_placement(book, step, job, spec)) for step in _steps(book, job)]
+        steps.sort(key=lambda sp: sp[1].extra_cost_per_hour)  # cheap first: tight bounds early
+        for step, p in steps:
             if p.group_id is not None and not memory_ok(book.groups[p.group_id], job, p):
                 continue
             group, _ = book.apply(p, job)
-            # Alone, a job runs at its solo speed by definition.
-            if len(group.members) == 1 or _slo_ok(group, spec, headroom):
+            if cache.assess(group)[0]:
                 path.append(step)
                 dfs(i + 1, cost + p.extra_cost_per_hour)
                 path.pop()
@@ -139,6 +159,13 @@ def solve(
 
     dfs(0, 0.0)
     return best
+
+
+def plan_objective(book: GroupBook, spec: ClusterSpec, headroom: float = 0.05) -> float:
+    """The search's objective for an existing placement ($/h per unit of progress)."""
+    cache = _GroupCache(spec, headroom)
+    rate = sum(cache.assess(g)[1] for g in book.groups.values())
+    return book.cost_per_hour() / rate
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""Discrete-event simulator of a disaggregated GPU cluster running many RL jobs."""
