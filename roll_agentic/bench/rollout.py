@@ -51,7 +51,7 @@ class RolloutBenchConfig:
     min_turns: int = 2
     max_turns: int = 8
     distribution: str = "lognormal"
-    latency_median_s: float = 0.05
+    latency_median_s: float = 0.2  # env time ~80% of a trajectory, as in SWE-like agentic tasks
     latency_sigma: float = 1.0
     latency_cap_s: float = 2.0
     max_new_tokens: int = 8
@@ -143,7 +143,14 @@ async def run_async(cfg: RolloutBenchConfig, engines: list[Any], model_path: str
     trajs = [t for g in groups for t in g]
     return {"wall_s": wall, "trajectories": len(trajs), "turns": sum(t.num_turns for t in trajs),
             "generated_tokens": sum(sum(t.loss_mask) for t in trajs),
-            "failures": buffer.counters.trajectories_failed, "restarts": dict(worker.counters)}
+            "failures": buffer.counters.trajectories_failed, "restarts": dict(worker.counters),
+            **_time_split(trajs)}
+
+
+def _time_split(trajs: list) -> dict:
+    """Mean seconds per trajectory waiting on the LLM and on the env (sync: including the barriers)."""
+    n = max(1, len(trajs))
+    return {"llm_s_per_traj": sum(t.llm_s for t in trajs) / n, "env_s_per_traj": sum(t.env_s for t in trajs) / n}
 
 
 async def run_sync(cfg: RolloutBenchConfig, engines: list[Any], model_path: str,
@@ -161,7 +168,8 @@ async def run_sync(cfg: RolloutBenchConfig, engines: list[Any], model_path: str,
     wall = time.perf_counter() - t0
     ok = [t for t in trajs if t.status == "ok"]
     return {"wall_s": wall, "trajectories": len(ok), "turns": sum(t.num_turns for t in ok),
-            "generated_tokens": sum(sum(t.loss_mask) for t in ok), "failures": len(trajs) - len(ok)}
+            "generated_tokens": sum(sum(t.loss_mask) for t in ok), "failures": len(trajs) - len(ok),
+            **_time_split(ok)}
 
 
 async def _bench(cfg: RolloutBenchConfig, log) -> dict:
