@@ -20,6 +20,7 @@ from roll_agentic.cluster import init_ray
 from roll_agentic.config import Config, effective_pools, validate
 from roll_agentic.engine.factory import resolve_backend
 from roll_agentic.engine.host import engine_actor_class
+from roll_agentic.engine.placement import placement
 from roll_agentic.engine.pool_stats import collect_engine_stats
 from roll_agentic.engine.router import Router, router_kwargs
 from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
@@ -90,7 +91,8 @@ class TrainingJob:
         self.started_ray = init_ray(cfg.ray)
         self._start_rewards()
         for pool in effective_pools(cfg):
-            actor = engine_actor_class(num_cpus=1 if not pool.resources else 0, resources=pool.resources)
+            place = placement(pool.resources)  # "GPU"/"CPU" become num_gpus/num_cpus
+            actor = engine_actor_class(place.num_cpus, place.resources).options(num_gpus=place.num_gpus)
             for _ in range(pool.num_engines):
                 self.engines.append(actor.remote(backend, self.model_path, cfg.engine,
                                                  cfg.trainer.seed + len(self.engines), pool.name, pool.hardware))
@@ -103,7 +105,8 @@ class TrainingJob:
         self.trainer = make_trainer(self.model_path, cfg)
         self.publisher = WeightPublisher(self.engines, self.run_name)
         self._maybe_resume()
-        worker_cls = ray.remote(num_cpus=cfg.envs.num_cpus, resources=cfg.envs.resources or None)(RolloutWorker)
+        env_place = placement(cfg.envs.resources, cfg.envs.num_cpus, cfg.envs.num_cpus)
+        worker_cls = ray.remote(**env_place.options())(RolloutWorker)
         for i in range(cfg.rollout.num_workers):
             w = worker_cls.remote(i, cfg.tasks, self.model_path, self.engines, self.router, self.buffer,
                                   cfg.algo.alpha, cfg.engine.temperature, cfg.engine.top_p,
