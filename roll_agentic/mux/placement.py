@@ -30,7 +30,7 @@ from roll_agentic.mux.group import (
     Placement,
 )
 from roll_agentic.mux.policy import RoundRobinPhases
-from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool, phase_times
+from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseTimes, Pool, phase_times
 from roll_agentic.mux.round_robin import MemberPlan, evaluate_round_robin, members_of
 
 
@@ -89,11 +89,13 @@ def slo_ok(
     return _slo_met(plans, [*group.members.values(), job], spec.warm_switch_s, headroom)
 
 
-def group_candidates(group: Group, job: JobProfile, spec: ClusterSpec) -> list[Placement]:
+def group_candidates(
+    group: Group, job: JobProfile, spec: ClusterSpec, load: Mapping[int, float] | None = None
+) -> list[Placement]:
     """Pack and add-rollout candidates for one group (memory-feasible pinnings)."""
     if any(p.colocated for p in group.pinning.values()):
         return []
-    load = node_loads(group, spec)
+    load = load if load is not None else node_loads(group, spec)
 
     def least_loaded(pool: Pool, mem: float) -> list[int]:
         ids = [n.node_id for n in group.nodes.values() if n.pool is pool and n.mem_free_gb >= mem]
@@ -154,9 +156,14 @@ class RollMuxPolicy(RoundRobinPhases):
     """
 
     spec: ClusterSpec
-    headroom: float = 0.05
+    # Kept back from every SLO for what worst-case plans cannot see: phase
+    # lengths vary per iteration and a group joined mid-run may settle into
+    # a different FIFO rhythm than the planned cold start (measured: 5 %
+    # left 0.6 % of 2,000 jobs short of their SLO, 10 % left 0.05 %).
+    headroom: float = 0.10
     max_load: float = 1.0
     max_checks: int = 16  # SLO simulations per arrival before opening a new group
+    screen: bool = True  # drop candidates the cycle estimate already rejects
     name: str = "rollmux"
     _views: dict[int, _GroupView] = field(default_factory=dict, repr=False)
 
@@ -164,16 +171,31 @@ class RollMuxPolicy(RoundRobinPhases):
         fallback = new_group_placement(job, self.spec)
         switch = self.spec.warm_switch_s
         ranked: list[tuple[tuple[float, bool, float, int], Placement, list[MemberPlan]]] = []
+        times: dict[int, PhaseTimes] = {}  # the job's phase times by rollout node count
         for group in groups.values():
             view = self._views.get(group.group_id)
             if view is None or view.members != tuple(group.pinning):
                 view = self._views[group.group_id] = _view(group, self.spec)
             if max(view.load.values()) >= view.cycle:  # saturated: no idle phase to fill
                 continue
-            for cand in group_candidates(group, job, self.spec):
+            # Cheap necessary test: the job's training must fit on the least
+            # loaded training node within the cycle it would create.
+            train_loads = [view.load[n] for n in group.node_ids(Pool.TRAIN)]
+            solo_t = times.get(job.n_rollout) or phase_times(
+                job, job.n_rollout, job.n_train, False, self.spec
+            )
+            if not train_loads or min(train_loads) + solo_t.train_s + switch > self.max_load * max(
+                view.cycle, solo_t.iter_s
+            ):
+                continue
+            for cand in group_candidates(group, job, self.spec, view.load):
                 fresh = max(group.nodes) + 1
                 rollout = cand.rollout_nodes + tuple(range(fresh, fresh + cand.new_rollout))
-                t = phase_times(job, len(rollout), len(cand.train_nodes), False, self.spec)
+                t = times.get(len(rollout))
+                if t is None:
+                    t = times[len(rollout)] = phase_times(
+                        job, len(rollout), job.n_train, False, self.spec
+                    )
                 cycle = max(view.cycle, t.iter_s)
                 load = dict(view.load)
                 for n in rollout:
@@ -183,10 +205,13 @@ class RollMuxPolicy(RoundRobinPhases):
                 if max(load.values()) > self.max_load * cycle:
                     continue
                 tight = sum(load.values()) / len(load) / cycle
-                # The paper's estimate (everyone runs at the longest solo
-                # cycle) orders the checks: likely-feasible ones first.
+                # The paper's estimate (in an unsaturated group everyone runs
+                # at the longest solo cycle) screens candidates before the
+                # simulated check; a candidate it rejects is rarely feasible.
                 likely = all(cycle <= p.slo * p.solo_iter_s for p in group.members.values())
                 likely = likely and cycle <= job.slo * job.solo_iter_s
+                if not likely and self.screen:
+                    continue
                 plan = MemberPlan(t, rollout, cand.train_nodes)
                 key = (cand.extra_cost_per_hour, not likely, -tight, len(ranked))
                 ranked.append((key, cand, [*view.plans, plan]))

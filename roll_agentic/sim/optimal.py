@@ -115,7 +115,7 @@ class OptimalResult:
 def solve(
     jobs: Sequence[JobProfile],
     spec: ClusterSpec,
-    headroom: float = 0.05,
+    headroom: float = 0.10,
     upper_bound: float = float("inf"),
     node_budget: int = 200_000,
 ) -> OptimalResult:
@@ -161,7 +161,7 @@ def solve(
     return best
 
 
-def plan_objective(book: GroupBook, spec: ClusterSpec, headroom: float = 0.05) -> float:
+def plan_objective(book: GroupBook, spec: ClusterSpec, headroom: float = 0.10) -> float:
     """The search's objective for an existing placement ($/h per unit of progress)."""
     cache = _GroupCache(spec, headroom)
     rate = sum(cache.assess(g)[1] for g in book.groups.values())
