@@ -94,11 +94,15 @@ class HFEngine:
         await asyncio.to_thread(self._apply_weights, state, version)
 
     def _apply_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
+        # Checked before loading: load_state_dict(strict=False) applies what it can,
+        # so a refused file would otherwise leave the weights half-replaced.
+        own = set(self.model.state_dict())
+        real_missing = [k for k in own - state.keys() if not k.endswith("lm_head.weight")]  # tied to embeddings
+        unexpected = sorted(state.keys() - own)
+        if real_missing or unexpected:
+            raise ValueError(f"load_weights: missing {sorted(real_missing)[:3]}, unexpected {unexpected[:3]}")
         with self._compute_lock:
-            missing, unexpected = self.model.load_state_dict(state, strict=False)
-            real_missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to embeddings
-            if real_missing or unexpected:
-                raise ValueError(f"load_weights: missing {real_missing[:3]}, unexpected {unexpected[:3]}")
+            self.model.load_state_dict(state, strict=False)
             self._version = version
 
     def weight_version(self) -> int:

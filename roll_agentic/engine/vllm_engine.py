@@ -1,0 +1,342 @@
+"""The vLLM rollout engine: `AsyncLLM` behind the RolloutEngine protocol.
+
+One `generate` call is one vLLM request (token ids in, token ids and their
+sampling logprobs out). vLLM batches whatever is in flight; this class only
+adds what RL needs on top:
+
+- Sampling semantics equal to `HFEngine`: only `stop_token_ids` stop a
+  request (`ignore_eos`), the tokenizer is never used (token in, token out),
+  and logprobs are vLLM's `processed_logprobs`, i.e. log-softmax of the
+  temperature-scaled logits the token was drawn from (with top_p < 1 the
+  nucleus is renormalised: the true behaviour policy).
+- Versioned weight sync that pauses generation only for the reload itself:
+  the scheduler is paused in "keep" mode (in-flight requests freeze and then
+  continue), the weights are reloaded in place, vLLM's weight-version label is
+  set, and the scheduler resumes. Each output's per-token version spans tell
+  whether a request straddled a sync.
+- Prefix caching stays correct across syncs: every prompt carries the weight
+  version as `cache_salt`, so a request never reuses KV blocks computed with
+  older weights (a plain cache reset is refused while requests hold blocks).
+- `sleep()/wake()`: vLLM's sleep mode is a no-op on CPU, so here they hold
+  and release admission of new requests; running ones finish. On CUDA,
+  `sleep(level=1)` could additionally offload weights: not wired yet.
+
+Weight sources: a safetensors file with Hugging Face parameter names (any
+platform; see vllm_extension.py), or, on CUDA, a `vllm-transfer:` payload for
+vLLM's own NCCL/IPC weight-transfer engines (bottom of this file).
+
+Start-up takes 35-50 s on a 2-core CPU (vLLM spawns its engine-core process
+with multiprocessing "spawn": scripts need an `if __name__ == "__main__":`
+guard). Use it from one event loop; call `shutdown()` to stop the engine-core
+processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import multiprocessing
+import os
+import time
+from typing import Any
+
+from roll_agentic.config import EngineConfig
+from roll_agentic.engine.protocol import GenerationResult, SamplingParams
+
+log = logging.getLogger(__name__)
+
+EXTENSION = "roll_agentic.engine.vllm_extension.WeightReloadExtension"
+TRANSFER_PREFIX = "vllm-transfer:"  # load_weights source carrying a weight-transfer payload
+_GIB = 1 << 30
+
+
+class VLLMEngine:
+    def __init__(self, model_path: str, cfg: EngineConfig, seed: int = 0, *,
+                 dtype: str | None = None, weight_transfer_backend: str | None = None):
+        """Starts vLLM's engine core (blocking, tens of seconds on CPU).
+
+        dtype: None = float32 on CPU (vLLM's CPU kernels and exact logprob
+        parity with the trainer), "auto" elsewhere.
+        weight_transfer_backend: CUDA only, e.g. "nccl" or "ipc"; enables the
+        `vllm-transfer:` sources of `load_weights` (see `init_weight_transfer`).
+        """
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.platforms import current_platform
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        self.on_cpu = bool(current_platform.is_cpu())
+        kwargs: dict[str, Any] = {}
+        if self.on_cpu:
+            # The explicit byte count wins over vLLM's automatic sizing; the legacy
+            # VLLM_CPU_KVCACHE_SPACE env var (whole GiB) would override it again.
+            if os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+                log.warning("VLLM_CPU_KVCACHE_SPACE is set and overrides engine.kv_cache_gib")
+            kwargs["kv_cache_memory_bytes"] = int(cfg.kv_cache_gib * _GIB)
+        else:
+            kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization
+        if weight_transfer_backend:
+            kwargs["weight_transfer_config"] = {"backend": weight_transfer_backend}
+        args = AsyncEngineArgs(
+            model=model_path,
+            dtype=dtype or ("float32" if self.on_cpu else "auto"),
+            seed=seed,
+            max_model_len=cfg.max_model_len,
+            enable_prefix_caching=cfg.enable_prefix_caching,
+            enforce_eager=self.on_cpu,  # no torch.compile start-up on CPU; CUDA graphs on GPU
+            skip_tokenizer_init=True,  # token in, token out
+            generation_config="vllm",  # ignore the checkpoint's sampling defaults
+            logprobs_mode="processed_logprobs",
+            worker_extension_cls=EXTENSION,
+            disable_log_stats=True,
+            **kwargs,
+        )
+        self.cfg = cfg
+        self._llm: Any = AsyncLLM.from_engine_args(args)
+        self._version = 0
+        self._transfer_ready = False
+        self._closed = False
+        self._awake = True
+        self._reloading = False
+        self._gate: asyncio.Event | None = None  # created in the loop that uses the engine
+        self._reload_lock: asyncio.Lock | None = None
+        self._waiting: dict[str, bool] = {}  # held at admission -> aborted?
+        self._running: dict[str, bool] = {}  # submitted to vLLM -> abort asked?
+        self._stats = {"requests": 0.0, "generated_tokens": 0.0, "prompt_tokens": 0.0,
+                       "aborted": 0.0, "reloads": 0.0, "reload_s": 0.0, "straddled": 0.0}
+
+    # -- protocol -----------------------------------------------------------------
+    async def generate(self, token_ids: list[int], sampling: SamplingParams, request_id: str) -> GenerationResult:
+        if not token_ids:
+            raise ValueError("generate: token_ids is empty; a prompt needs at least one token")
+        self._live()  # refuse new work after shutdown
+        t_enq = time.perf_counter()
+        if not await self._admit(request_id):
+            self._stats["aborted"] += 1
+            return GenerationResult([], [], "abort", self._version, {"queue_s": time.perf_counter() - t_enq})
+        from vllm import SamplingParams as VSampling
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        version = self._version
+        # DELTA outputs: each step's new tokens, so an abort that raced the request's
+        # registration in vLLM can be re-sent once the request demonstrably exists.
+        params = VSampling(max_tokens=sampling.max_tokens, temperature=sampling.temperature,
+                           top_p=sampling.top_p, stop_token_ids=list(sampling.stop_token_ids),
+                           ignore_eos=True, logprobs=0, detokenize=False,
+                           output_kind=RequestOutputKind.DELTA)
+        prompt = TokensPrompt(prompt_token_ids=list(token_ids), cache_salt=f"weights-v{version}")
+        t0 = time.perf_counter()
+        self._running[request_id] = False
+        tokens: list[int] = []
+        logprobs: list[float] = []
+        reason, spans = "abort", None
+        try:
+            async for out in self._live().generate(prompt, params, request_id=request_id):
+                comp = out.outputs[0]
+                for pos, tok in zip(comp.logprobs or [], comp.token_ids, strict=True):
+                    tokens.append(int(tok))
+                    logprobs.append(float(pos[tok].logprob))
+                if comp.finish_reason is not None:
+                    reason, spans = comp.finish_reason, comp.weight_versions
+                elif self._running[request_id]:  # aborted before vLLM knew the request
+                    self._running[request_id] = False
+                    await self._live().abort(request_id)
+        finally:
+            self._running.pop(request_id, None)
+        timings = {"queue_s": t0 - t_enq, "compute_s": time.perf_counter() - t0}
+        last = _last_version(spans, version)
+        if last != version:  # the request spanned a weight sync: later tokens are newer
+            timings["weight_version_end"] = float(last)
+            self._stats["straddled"] += 1
+        self._stats["requests"] += 1
+        self._stats["generated_tokens"] += len(tokens)
+        self._stats["prompt_tokens"] += len(token_ids)
+        if reason == "abort":
+            self._stats["aborted"] += 1
+        return GenerationResult(tokens, logprobs, reason, version, timings)
+
+    async def abort(self, request_id: str) -> None:
+        """Ends that request only; its caller gets the tokens made so far, reason "abort"."""
+        if request_id in self._waiting:
+            self._waiting[request_id] = True
+            self._gate_event().set()  # wake it so it can leave
+            return
+        if request_id in self._running:
+            self._running[request_id] = True  # re-sent by generate if this one came too early
+        if self._llm is not None:
+            await self._llm.abort(request_id)
+
+    async def load_weights(self, version: int, source: str) -> None:
+        """Serves `source` as `version`: a safetensors path (HF names), or a
+        `vllm-transfer:` payload on CUDA. Generation pauses only for the reload."""
+        if self._reload_lock is None:
+            self._reload_lock = asyncio.Lock()
+        async with self._reload_lock:
+            t0 = time.perf_counter()
+            self._reloading = True  # new requests wait: their cache salt must name the new weights
+            try:
+                # "keep": running requests freeze in place and continue after resume.
+                await self._live().pause_generation(mode="keep", clear_cache=False)
+                try:
+                    if source.startswith(TRANSFER_PREFIX):
+                        await self._transfer_update(source[len(TRANSFER_PREFIX):])
+                    else:
+                        if not os.path.isfile(source):
+                            raise FileNotFoundError(f"load_weights: no safetensors file at {source}")
+                        await self._live().collective_rpc("reload_weights_from_file", args=(source,))
+                    await self._live().update_weight_version(str(version))
+                    self._version = version
+                finally:
+                    await self._live().resume_generation()
+            finally:
+                self._reloading = False
+                self._gate_event().set()
+            self._stats["reloads"] += 1
+            self._stats["reload_s"] += time.perf_counter() - t0
+
+    def weight_version(self) -> int:
+        return self._version
+
+    async def sleep(self) -> None:
+        """Holds new requests until `wake()`; running ones finish (CPU has no sleep mode)."""
+        self._awake = False
+        self._gate_event().clear()
+
+    async def wake(self) -> None:
+        self._awake = True
+        self._gate_event().set()
+
+    def stats(self) -> dict[str, float]:
+        return dict(self._stats, weight_version=float(self._version),
+                    running=float(len(self._running)), queued=float(len(self._waiting)),
+                    unfinished=float(self._llm.get_num_unfinished_requests() if self._llm else 0))
+
+    async def shutdown(self) -> None:
+        """Stops the engine-core and worker processes; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for rid in list(self._waiting):
+            self._waiting[rid] = True
+        self._gate_event().set()
+        llm, self._llm = self._llm, None
+        procs = _engine_processes()
+        # vLLM sends SIGTERM and, after a 5 s grace, kills the process tree: on a
+        # small CPU box the engine core and worker spend longer than that in the
+        # interpreter's exit-time GC, so the kill is the usual end. Blocking the loop
+        # for it is fine: nothing else runs on a shut-down engine.
+        llm.shutdown()
+        # Drop the last reference now: AsyncLLM.__del__ calls shutdown again, which
+        # is harmless here but fails if it first runs at interpreter teardown.
+        del llm
+        await _reap(procs)
+
+    def _live(self) -> Any:
+        if self._llm is None:
+            raise RuntimeError("VLLMEngine: the engine is shut down")
+        return self._llm
+
+    # -- admission ----------------------------------------------------------------
+    def _gate_event(self) -> asyncio.Event:
+        if self._gate is None:
+            self._gate = asyncio.Event()
+            self._gate.set()
+        return self._gate
+
+    async def _admit(self, request_id: str) -> bool:
+        """Waits while asleep or reloading; False if aborted meanwhile."""
+        gate = self._gate_event()
+        self._waiting[request_id] = False
+        try:
+            while not self._waiting[request_id] and not self._closed:
+                if self._awake and not self._reloading:
+                    return True
+                gate.clear()
+                await gate.wait()
+            return False
+        finally:
+            self._waiting.pop(request_id, None)
+
+    # -- CUDA: vLLM's weight-transfer engines (cannot run on CPU) -------------------
+    async def init_weight_transfer(self, init_info: dict[str, Any]) -> None:
+        """Joins the trainer's transfer group (e.g. NCCL rendezvous); once per engine.
+
+        The trainer side is vLLM's `NCCLTrainerWeightTransferEngine` /
+        `IPCTrainerWeightTransferEngine`; it calls this (via a client routed to
+        this engine) concurrently with opening its own endpoint.
+        """
+        from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
+
+        if self.on_cpu:
+            raise RuntimeError("vLLM weight transfer needs CUDA; on CPU pass a safetensors path")
+        await self._live().init_weight_transfer_engine(WeightTransferInitRequest(init_info=init_info))
+        self._transfer_ready = True
+
+    async def _transfer_update(self, payload: str) -> None:
+        """One update round: `payload` is the JSON `update_info` the trainer engine
+        builds (names, dtypes, shapes, + IPC handles for "ipc"); the trainer
+        broadcasts the tensors while this call waits in the receive."""
+        from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
+
+        if not self._transfer_ready:
+            raise RuntimeError("load_weights(vllm-transfer:...): call init_weight_transfer first")
+        await self._live().start_weight_update()
+        try:
+            await self._live().update_weights(WeightTransferUpdateRequest(update_info=json.loads(payload)))
+        finally:
+            await self._live().finish_weight_update()
+
+
+def _engine_processes() -> list[Any]:
+    """vLLM's engine-core and worker processes below this one."""
+    import psutil
+
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.name().startswith("VLLM"):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+async def _reap(procs: list[Any], timeout_s: float = 10.0) -> None:
+    """Waits until the engine's processes are gone (killing stragglers) and
+    reaps our direct child, so no engine process or zombie outlives shutdown."""
+    import psutil
+
+    def alive() -> list[Any]:
+        multiprocessing.active_children()  # joins finished children: no zombie
+        out = []
+        for p in procs:
+            try:  # our own zombie counts until reaped; a grandchild's is init's to reap
+                if p.is_running() and (p.status() != psutil.STATUS_ZOMBIE or p.ppid() == os.getpid()):
+                    out.append(p)
+            except psutil.Error:
+                pass
+        return out
+
+    deadline = time.monotonic() + timeout_s
+    while (left := alive()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    for p in left:
+        log.warning("VLLMEngine.shutdown: killing leftover process %s", p.pid)
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    if left:
+        await asyncio.sleep(0.1)
+        alive()
+
+
+def _last_version(spans: list[Any] | None, default: int) -> int:
+    """The version label of the last token, from vLLM's per-token version spans."""
+    if not spans:
+        return default
+    try:
+        return int(spans[-1].version)
+    except ValueError:  # vLLM's initial label is "default": our version 0
+        return default

