@@ -110,7 +110,7 @@ def h(request: pytest.FixtureRequest, model_dir: Path) -> Iterator[Harness]:
     async def build() -> RolloutEngine:  # built in the loop that will drive it
         return make_engine(backend, str(model_dir), cfg, seed=0)
 
-    engine = loop.run(build(), timeout=240)
+    engine = loop.run(build(), timeout=600)  # ~45 s alone; minutes on a loaded 2-core box
     harness = Harness(backend, engine, loop, model_dir, AutoConfig.from_pretrained(model_dir).vocab_size)
     try:
         yield harness
@@ -331,7 +331,7 @@ def test_logprobs_match_trainer_recompute_after_sync(h: Harness, model_dir: Path
             diffs += [abs(a - b) for a, b in zip(r.logprobs, recomputed, strict=True)]
         mean, worst = sum(diffs) / len(diffs), max(diffs)
         print(f"[{h.backend}] logprob diff vs trainer recompute: mean {mean:.2e}, max {worst:.2e}")
-        assert mean < 1e-4 and worst < 1e-3
+        assert mean < 1e-5 and worst < 1e-4  # measured ~1e-6 and ~5e-6 in float32 on CPU
     finally:
         shutil.rmtree(os.path.dirname(path))
         _restore_base(h, model_dir)
