@@ -11,7 +11,7 @@ def make_reward_client(cfg: RewardConfig, endpoint_url: str = "") -> RewardClien
     """`local`: rewards.<function> in this process. `serverless`: Lambda Invoke at `endpoint_url`,
     else cfg.endpoint_url (the emulator from LocalServerless, or e.g. AWS's regional endpoint)."""
     if cfg.mode == "local":
-        return LocalRewardClient(max_concurrency=cfg.max_concurrency)
+        return LocalRewardClient(max_concurrency=cfg.max_concurrency, timeout_s=cfg.timeout_s)
     if cfg.mode != "serverless":
         raise ValueError(f"reward.mode: expected local or serverless, got {cfg.mode!r}")
     url = endpoint_url or cfg.endpoint_url

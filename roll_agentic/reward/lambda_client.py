@@ -26,9 +26,12 @@ from botocore.exceptions import (
     ConnectionClosedError,
     ConnectTimeoutError,
     EndpointConnectionError,
+    HTTPClientError,
     ReadTimeoutError,
 )
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from roll_agentic import faults
 from roll_agentic.reward.outcome import RewardOutcome, parse_reward
 
 _BILLED = re.compile(r"Billed Duration: ([\d.]+) ms")
@@ -91,6 +94,7 @@ class ServerlessRewardClient:
         )
         self._sem = asyncio.Semaphore(max_concurrency)
         self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="reward-invoke")
+        self._invoke_once = faults.invoke_fn(self._invoke)  # `self._invoke` unless faults are on
 
     def function_name(self, function: str) -> str:
         return self.prefix + function
@@ -125,7 +129,7 @@ class ServerlessRewardClient:
     async def _attempt(self, loop, name: str, payload: bytes, a: _Attempts) -> tuple[float | None, str, bool]:
         """One Invoke; returns (value, error, retryable)."""
         try:
-            resp, body = await loop.run_in_executor(self._pool, self._invoke, name, payload)
+            resp, body = await loop.run_in_executor(self._pool, self._invoke_once, name, payload)
         except ClientError as e:
             code = e.response.get("Error", {}).get("Code", "")
             msg = e.response.get("Error", {}).get("Message", "")
@@ -135,7 +139,8 @@ class ServerlessRewardClient:
                 reason = e.response.get("Reason", "") or e.response.get("Error", {}).get("Reason", "")
                 return None, f"throttled (429 {reason or code})", True
             return None, f"{code}: {msg}", status >= 500
-        except (ReadTimeoutError, ConnectTimeoutError, ConnectionClosedError, EndpointConnectionError) as e:
+        except (ReadTimeoutError, ConnectTimeoutError, ConnectionClosedError, EndpointConnectionError,
+                HTTPClientError, BotoConnectionError) as e:  # any transport failure: e.g. a restarting service
             return None, f"{type(e).__name__}: {e}", True
         report = parse_report(resp.get("LogResult"))
         a.cold = a.cold or report.init_ms is not None

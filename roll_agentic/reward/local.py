@@ -1,7 +1,8 @@
 """Rewards computed in this process: `rewards.<function>.reward(summary)` in a thread pool.
 
 Bounded concurrency, same outcome type as the serverless client; a raised
-exception or a non-numeric result is ok=False with the reason, never a 0.
+exception, a non-numeric result or a call past `timeout_s` is ok=False with
+the reason, never a 0 (a hung reward would otherwise hold its group forever).
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 
+from roll_agentic import faults
 from roll_agentic.reward.outcome import RewardOutcome, parse_reward
 
 
 class LocalRewardClient:
-    def __init__(self, max_concurrency: int = 16, package: str = "rewards") -> None:
+    def __init__(self, max_concurrency: int = 16, package: str = "rewards", timeout_s: float | None = None) -> None:
         self.package = package
+        self.timeout_s = timeout_s
         self._sem = asyncio.Semaphore(max_concurrency)
         self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="reward-local")
         self._modules: dict[str, ModuleType] = {}
@@ -39,8 +42,12 @@ class LocalRewardClient:
             try:
                 mod, first = self._module(function)
                 t_run = time.monotonic()
-                result = await loop.run_in_executor(self._pool, mod.reward, summary)
+                run = loop.run_in_executor(self._pool, faults.reward_fn(mod.reward), summary)
+                result = await asyncio.wait_for(run, self.timeout_s)
                 ran_ms = (time.monotonic() - t_run) * 1000.0
+            except TimeoutError:
+                return RewardOutcome(None, False, time.monotonic() - t0, 0, False, 0, 0.0, 0.0,
+                                     f"{self.package}.{function}: timed out after {self.timeout_s}s")
             except Exception as e:  # noqa: BLE001 - any failure of the reward is reported, not raised
                 return RewardOutcome(None, False, time.monotonic() - t0, 0, False, 0, 0.0, 0.0,
                                      f"{self.package}.{function}: {type(e).__name__}: {e}")

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from roll_agentic import faults
+
 COMPLETE = "run.json"  # written last inside the temp dir
 
 
@@ -49,7 +51,9 @@ def save_checkpoint(ckpt_root: str | Path, step: int, weights: dict[str, torch.T
         shutil.rmtree(tmp)
     tmp.mkdir()
     save_file(weights, str(tmp / "weights.safetensors"))
+    faults.checkpoint_stage("weights")
     torch.save(trainer_state, tmp / "trainer.pt")
+    faults.checkpoint_stage("trainer")
     with open(tmp / COMPLETE, "w") as f:
         json.dump({"step": step, **run_state}, f)
         f.flush()
@@ -57,11 +61,18 @@ def save_checkpoint(ckpt_root: str | Path, step: int, weights: dict[str, torch.T
     for name in ("weights.safetensors", "trainer.pt"):
         with open(tmp / name, "rb") as f:
             os.fsync(f.fileno())
-    if final.exists():
-        shutil.rmtree(final)
+    faults.checkpoint_stage("before_rename")
+    old = None
+    if final.exists():  # the same step saved again (a resumed run): set the old one aside whole
+        old = root / f"{final.name}.tmp-old-{os.getpid()}"
+        os.replace(final, old)  # an rmtree killed midway would leave a loadable half of it
     os.replace(tmp, final)
     _fsync_dir(root)
+    faults.checkpoint_stage("before_latest")
     _write_atomic(root / "latest", final.name.encode())
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    faults.checkpoint_stage("before_prune")
     _prune(root, keep)
     return final
 
@@ -72,7 +83,11 @@ def _complete_steps(root: Path) -> list[Path]:
 
 def _prune(root: Path, keep: int) -> None:
     for old in _complete_steps(root)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+        # renamed first: a kill during the rmtree leaves an ignored .tmp dir, never a
+        # step_N that still has run.json but lost its weights
+        doomed = root / f"{old.name}.tmp-del-{os.getpid()}"
+        os.replace(old, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
     for stray in root.glob("step_*.tmp-*"):
         shutil.rmtree(stray, ignore_errors=True)
 
