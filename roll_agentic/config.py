@@ -103,9 +103,9 @@ class RolloutConfig:
 @dataclass
 class TrainerConfig:
     total_steps: int = 30
-    lr: float = 2e-3
+    lr: float = 1e-2
     weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = 0.5
     micro_batch_size: int = 32
     ppo_epochs: int = 1
     save_every: int = 10  # steps between checkpoints (the last step always saves)

@@ -146,7 +146,8 @@ class FunctionStore:
     """Deployed functions, kept in memory and mirrored to `<state_dir>/functions`."""
 
     def __init__(self, state_dir: Path, region: str) -> None:
-        self.root = Path(state_dir) / "functions"
+        # Absolute: execution environments are processes whose cwd is not ours.
+        self.root = Path(state_dir).resolve() / "functions"
         self.root.mkdir(parents=True, exist_ok=True)
         self.region = region
         self.functions: dict[str, FunctionRecord] = {}

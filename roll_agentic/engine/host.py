@@ -6,11 +6,15 @@ tokens per task; the router reads `load()` to place new trajectories.
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 import time
+from pathlib import Path
 
 import ray
 
+from roll_agentic import faults
 from roll_agentic.config import EngineConfig
 from roll_agentic.engine.factory import make_engine
 from roll_agentic.engine.protocol import GenerationResult, SamplingParams
@@ -29,9 +33,20 @@ class EngineHost:
         self.busy_since: float | None = None
         self.busy_s = 0.0
         self.per_task: dict[str, dict[str, float]] = {}
+        self._restore = _weights_before_restart()  # Ray restarted this actor: (version, file) it served
+
+    async def _restore_weights(self) -> None:
+        # A restarted actor is rebuilt from the initial model: serving it as if it were
+        # the current version would feed version-0 samples to a later trainer step.
+        restore, self._restore = self._restore, None
+        if restore is not None and Path(restore[1]).exists():
+            await self.load_weights(*restore)
 
     async def generate(self, token_ids: list[int], sampling: SamplingParams, request_id: str,
                        task: str = "") -> GenerationResult:
+        faults.engine_request()
+        if self._restore is not None:
+            await self._restore_weights()
         if self.outstanding == 0:
             self.busy_since = time.time()
         self.outstanding += 1
@@ -53,6 +68,7 @@ class EngineHost:
 
     async def load_weights(self, version: int, source: str) -> int:
         await self.engine.load_weights(version, source)
+        _record_weights(version, source)
         return self.engine.weight_version()
 
     def weight_version(self) -> int:
@@ -75,9 +91,53 @@ class EngineHost:
 
     async def shutdown(self) -> None:
         await self.engine.shutdown()
+        path = _weights_file()
+        if path is not None:
+            path.unlink(missing_ok=True)
 
-    def ping(self) -> bool:
+    async def ping(self) -> bool:
+        if self._restore is not None:  # answers only once it serves the weights it had
+            await self._restore_weights()
         return True
+
+    async def raw_tokens_per_s(self, prompts: list[list[int]], sampling: SamplingParams) -> float:
+        """The same engine driven directly, in its own process: the baseline of bench engine."""
+        from roll_agentic.bench.raw_engine import raw_engine_tokens_per_s
+
+        return await raw_engine_tokens_per_s(self.engine, prompts, sampling)
+
+
+def _weights_file() -> Path | None:
+    """Where this actor notes the weights it serves; None outside a Ray actor (tests)."""
+    try:
+        import ray
+
+        actor_id = ray.get_runtime_context().get_actor_id()
+    except Exception:  # noqa: BLE001 - no Ray, no restarts to survive
+        return None
+    return Path(tempfile.gettempdir()) / "roll_agentic-engines" / f"{actor_id}.json" if actor_id else None
+
+
+def _record_weights(version: int, source: str) -> None:
+    path = _weights_file()
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp-{os.getpid()}")
+    tmp.write_text(json.dumps({"version": version, "source": source}))
+    os.replace(tmp, path)
+
+
+def _weights_before_restart() -> tuple[int, str] | None:
+    try:
+        import ray
+
+        if not ray.get_runtime_context().was_current_actor_reconstructed:
+            return None
+        rec = json.loads(_weights_file().read_text())  # type: ignore[union-attr]
+        return int(rec["version"]), str(rec["source"])
+    except Exception:  # noqa: BLE001 - nothing recorded: it had only the initial weights
+        return None
 
 
 def engine_actor_class(num_cpus: float = 1.0, resources: dict[str, float] | None = None):

@@ -82,7 +82,7 @@ class LocalServerless:
         """Starts the emulator and returns its endpoint URL once it answers."""
         if self.proc is not None:
             raise RuntimeError("this LocalServerless is already running; stop() it first")
-        self.state_dir = Path(state_dir)
+        self.state_dir = Path(state_dir).resolve()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), *filter(None, [env.get("PYTHONPATH")])])

@@ -68,6 +68,12 @@ class TrajectoryBuffer:
         self._granted = 0  # tickets issued that count towards a step (drops give theirs back)
         self._cond = asyncio.Condition()
         self._stopped = False
+        self.last_error = ""
+        self._failed_in_a_row = 0
+        # Past this many failed groups in a row something is broken for every
+        # episode (a reward endpoint down, an env that always raises): stop with
+        # the cause instead of re-rolling forever.
+        self.max_failed_in_a_row = max(16, 4 * groups_per_step)
 
     # -- ticket stream ----------------------------------------------------------------
     def _quota(self) -> int:
@@ -110,32 +116,45 @@ class TrajectoryBuffer:
 
     # -- trajectories in ----------------------------------------------------------------
     async def put(self, traj: Trajectory) -> None:
+        await self.put_many([traj])
+
+    async def put_many(self, trajs: list[Trajectory]) -> None:
+        """Hands in finished trajectories (a worker sends a whole group in one call)."""
         async with self._cond:
-            self.counters.trajectories_received += 1
-            members = self._open.get(traj.group_id)
-            if members is None:  # its group was dropped meanwhile
-                self.counters.trajectories_dropped += 1
-                return
-            members.append(traj)
-            ticket = self._tickets[traj.group_id]
-            if len(members) < ticket.group_size:
-                return
-            del self._open[traj.group_id]
-            del self._tickets[traj.group_id]
-            self._outstanding -= 1
-            ok = [t for t in members if t.status == "ok"]
-            failed = len(members) - len(ok)
-            self.counters.trajectories_failed += failed
-            if len(ok) < 2:  # GRPO needs two to compare; re-roll the same prompt
-                self.counters.groups_dropped_failed += 1
-                self.counters.trajectories_dropped += len(members)
-                self._requeued.append(ticket)
-                self._granted -= 1
-            else:
-                self.counters.trajectories_dropped += failed
-                self._ready.append(ok)
-                self.counters.groups_completed += 1
+            for traj in trajs:
+                self._accept(traj)
             self._cond.notify_all()
+
+    def _accept(self, traj: Trajectory) -> None:
+        self.counters.trajectories_received += 1
+        members = self._open.get(traj.group_id)
+        if members is None:  # its group was dropped meanwhile
+            self.counters.trajectories_dropped += 1
+            return
+        members.append(traj)
+        ticket = self._tickets[traj.group_id]
+        if len(members) < ticket.group_size:
+            return
+        del self._open[traj.group_id]
+        del self._tickets[traj.group_id]
+        self._outstanding -= 1
+        ok = [t for t in members if t.status == "ok"]
+        failed = len(members) - len(ok)
+        self.counters.trajectories_failed += failed
+        for t in members:
+            if t.status != "ok":
+                self.last_error = f"{t.status}: {t.error}"[:500]
+        if len(ok) < 2:  # GRPO needs two to compare; re-roll the same prompt
+            self.counters.groups_dropped_failed += 1
+            self._failed_in_a_row += 1
+            self.counters.trajectories_dropped += len(members)
+            self._requeued.append(ticket)
+            self._granted -= 1
+        else:
+            self.counters.trajectories_dropped += failed
+            self._ready.append(ok)
+            self.counters.groups_completed += 1
+            self._failed_in_a_row = 0
 
     # -- groups out ----------------------------------------------------------------------
     def _drop_stale(self, version: int) -> None:
@@ -155,6 +174,9 @@ class TrajectoryBuffer:
         """The next `num_groups` complete groups, none staler than alpha at `version`."""
         async with self._cond:
             while True:
+                if self._failed_in_a_row >= self.max_failed_in_a_row:
+                    raise RuntimeError(f"{self._failed_in_a_row} groups in a row failed (every episode in them "
+                                       f"lost); last error: {self.last_error}")
                 self._drop_stale(version)
                 if len(self._ready) >= num_groups or self._stopped:
                     break

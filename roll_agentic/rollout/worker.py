@@ -13,15 +13,20 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from envs.registry import make_text_env
+from roll_agentic import faults
 from roll_agentic.config import RewardConfig, TaskConfig
 from roll_agentic.engine.protocol import SamplingParams
 from roll_agentic.rollout.conversation import Conversation, chat_format_for
+from roll_agentic.rollout.env_contract import checked
 from roll_agentic.rollout.trajectory import Ticket, Trajectory, Turn
 
 MAX_RESTARTS = 3
+ENGINE_RETRY_S = 0.25  # first back-off after an engine failure; doubles per attempt
+ENV_THREADS = 256
 
 
 class EnvFailure(RuntimeError):
@@ -55,11 +60,15 @@ class RolloutWorker:
         self.env_step_timeout_s = env_step_timeout_s
         self._free_envs: dict[str, list[Any]] = {name: [] for name in self.tasks}
         self._stop = False
+        self._watched: dict[int, asyncio.Task] = {}  # engines this worker waits on to come back
         self.in_flight = 0
         self.counters = {"stale_restarts": 0, "engine_failures": 0, "env_failures": 0, "episodes": 0}
 
     # -- lifecycle -------------------------------------------------------------------------
     async def run(self) -> dict:
+        # Env calls run in threads; the default pool (cores + 4 threads) would
+        # queue slow env steps behind each other and undo the asynchrony.
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=ENV_THREADS))
         await asyncio.gather(*(self._group_loop() for _ in range(self.groups_in_flight)))
         return self.stats()
 
@@ -74,7 +83,10 @@ class RolloutWorker:
             ticket = await self.buffer.next_ticket.remote()
             if ticket is None:
                 return
-            await asyncio.gather(*(self._episode(ticket, i) for i in range(ticket.group_size)))
+            # Each episode runs and is rewarded on its own; the group goes to the
+            # buffer in one call (it can only be trained once complete anyway).
+            trajs = await asyncio.gather(*(self._episode(ticket, i) for i in range(ticket.group_size)))
+            await self.buffer.put_many.remote(list(trajs))
 
     # -- environments -------------------------------------------------------------------
     def _take_env(self, task: TaskConfig) -> Any:
@@ -83,14 +95,15 @@ class RolloutWorker:
 
     async def _env_call(self, fn, *args, **kwargs):
         try:
-            return await asyncio.wait_for(asyncio.to_thread(fn, *args, **kwargs), self.env_step_timeout_s)
+            call = faults.env_call(checked(fn))  # wrong types from the env are its failure, not the engine's
+            return await asyncio.wait_for(asyncio.to_thread(call, *args, **kwargs), self.env_step_timeout_s)
         except TimeoutError as err:
             raise EnvFailure(f"env call {fn.__name__} exceeded {self.env_step_timeout_s}s") from err
         except Exception as err:  # an env's own bug must cost one episode, not the worker
             raise EnvFailure(f"env call {fn.__name__} raised {type(err).__name__}: {err}") from err
 
     # -- one episode --------------------------------------------------------------------
-    async def _episode(self, ticket: Ticket, index: int) -> None:
+    async def _episode(self, ticket: Ticket, index: int) -> Trajectory:
         task = self.tasks[ticket.task]
         traj_id = f"{ticket.group_id}-{index}-{uuid.uuid4().hex[:6]}"
         self.in_flight += 1
@@ -111,6 +124,7 @@ class RolloutWorker:
                 except Exception as err:  # engine actor died or refused: re-route and retry
                     self.counters["engine_failures"] += 1
                     error = f"{type(err).__name__}: {err}"
+                    await asyncio.sleep(ENGINE_RETRY_S * 2**attempt)  # a restarting engine needs seconds
             if traj is None:
                 traj = Trajectory(traj_id, ticket.group_id, task.name, ticket.seed, ticket.issued_version,
                                   status="env_failed" if "env call" in error else "engine_failed", error=error)
@@ -121,7 +135,29 @@ class RolloutWorker:
         traj.wall_s = time.perf_counter() - t0
         traj.finished_at = time.time()
         self.counters["episodes"] += 1
-        await self.buffer.put.remote(traj)
+        return traj
+
+    def _watch_engine(self, index: int) -> None:
+        # Ray restarts a dead engine actor, but the router would keep it out for good:
+        # one watcher per engine waits until it answers again, then routes to it.
+        if index not in self._watched:  # the task is held here: a bare task may be collected
+            self._watched[index] = asyncio.get_running_loop().create_task(self._revive(index))
+
+    async def _revive(self, index: int, tries: int = 120) -> None:
+        import ray
+
+        try:
+            for _ in range(tries):
+                try:
+                    await asyncio.wait_for(self.engines[index].ping.remote(), 10.0)
+                    await self.router.mark_alive.remote(index)
+                    return
+                except ray.exceptions.ActorDiedError:
+                    return  # out of restarts: it stays dead, the other engines serve
+                except Exception:  # still restarting (unavailable, or the ping timed out)
+                    await asyncio.sleep(1.0)
+        finally:
+            self._watched.pop(index, None)
 
     async def _play(self, task: TaskConfig, ticket: Ticket, traj_id: str, attempt: int) -> Trajectory:
         env = self._take_env(task)
@@ -142,10 +178,11 @@ class RolloutWorker:
         except Exception as err:
             if assigned and not isinstance(err, (Stale, EnvFailure)):
                 await self.router.mark_dead.remote(assigned[0])
+                self._watch_engine(assigned[0])
             healthy = isinstance(err, Stale)
             raise
         finally:
-            await self.router.release.remote(traj_id)
+            self.router.release.remote(traj_id)  # fire and forget: nothing waits on it
             if healthy:
                 self._free_envs[task.name].append(env)
             else:
@@ -210,7 +247,13 @@ class RolloutWorker:
 
     async def _reward(self, task: TaskConfig, traj: Trajectory) -> None:
         t = time.perf_counter()
-        outcome = await self.reward_client.score(task.reward, traj.summary())
+        try:
+            outcome = await self.reward_client.score(task.reward, traj.summary())
+        except Exception as err:  # a client bug costs this trajectory (counted), not the group loop
+            from roll_agentic.reward.outcome import RewardOutcome
+
+            outcome = RewardOutcome(None, False, time.perf_counter() - t, 0, False, 0, 0.0, 0.0,
+                                    f"reward client raised {type(err).__name__}: {err}")
         traj.reward_s = time.perf_counter() - t
         traj.reward_info = {"latency_s": outcome.latency_s, "retries": outcome.retries,
                             "cold_start": outcome.cold_start, "throttles": outcome.throttles,

@@ -1,0 +1,106 @@
+"""bench engine: what the framework keeps of the engine's raw decode throughput.
+
+Both sides use one engine actor, the same prompts and the same sampling, in
+the same run:
+- framework: single-turn, zero-latency episodes through rollout workers,
+  the router, the buffer and trajectory records, exactly as training runs them;
+- raw: the same engine driven directly inside its own actor, every prompt
+  submitted at once (roll_agentic/bench/raw_engine.py).
+`framework_vs_raw_engine` = framework tokens/s / raw tokens/s. Each side is
+measured `--repeats` times, alternating, and the best of each is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import ray
+
+
+def run(backend: str, episodes: int, max_tokens: int, group_size: int, workers: int, repeats: int) -> dict:
+    from transformers import AutoTokenizer
+
+    from envs.single_turn import SingleTurnPrompt
+    from roll_agentic.cluster import init_ray
+    from roll_agentic.config import EngineConfig, RayConfig, RewardConfig, TaskConfig
+    from roll_agentic.engine.factory import resolve_backend
+    from roll_agentic.engine.host import engine_actor_class
+    from roll_agentic.engine.protocol import SamplingParams
+    from roll_agentic.engine.router import Router
+    from roll_agentic.model.tiny import ensure_tiny_model
+    from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
+    from roll_agentic.rollout.conversation import chat_format_for
+    from roll_agentic.rollout.worker import RolloutWorker
+
+    backend = resolve_backend(backend)
+    model_path = str(ensure_tiny_model(".cache/tiny-model").resolve())
+    started = init_ray(RayConfig())
+    try:
+        task = TaskConfig(name="single", env_id="envs.single_turn:SingleTurnPrompt", max_turns=1,
+                          reward="env_return", group_size=group_size, max_new_tokens=max_tokens)
+        engine = engine_actor_class(num_cpus=1).remote(backend, model_path, EngineConfig(max_batch=256))
+        ray.get(engine.ping.remote())
+        groups = episodes // group_size
+        router = ray.remote(num_cpus=0)(Router).remote([("default", "any")], {"single": "default"})
+        buffer = ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
+            [TaskShare("single", 1.0, group_size)], groups, 0, 0)
+        actors = [ray.remote(num_cpus=0)(RolloutWorker).remote(
+            i, [task], model_path, [engine], router, buffer, 0, 1.0, 1.0, 2048, RewardConfig(mode="local"), "",
+            max(1, groups // workers), 60.0) for i in range(workers)]
+        runs = [w.run.remote() for w in actors]
+
+        tok = AutoTokenizer.from_pretrained(model_path)
+        fmt = chat_format_for(tok)
+        sampling = SamplingParams(max_tokens=max_tokens, temperature=1.0, top_p=1.0, stop_token_ids=fmt.stop_token_ids)
+
+        framework, raw = [], []
+        ray.get(buffer.get_batch.remote(groups, 0))  # warm-up round: actors, engine, code paths
+        for step in range(1, repeats + 1):
+            t0 = time.perf_counter()
+            # Opens the next round's tickets. The weights never change here, so
+            # batches are taken at version 0: nothing is stale.
+            ray.get(buffer.advance.remote(step))
+            batch = ray.get(buffer.get_batch.remote(groups, 0))
+            elapsed = time.perf_counter() - t0
+            trajs = [t for g in batch for t in g]
+            framework.append(sum(sum(t.loss_mask) for t in trajs) / elapsed)
+            prompts = []
+            for t in trajs:  # the very prompts the framework sent
+                obs, _ = SingleTurnPrompt().reset(seed=t.seed)
+                prompts.append(fmt.observation_tokens(obs, first=True, last_reply_closed=True))
+            raw.append(ray.get(engine.raw_tokens_per_s.remote(prompts, sampling)))
+        ray.get(buffer.stop.remote())
+        for w in actors:
+            ray.get(w.stop.remote())
+        ray.get(runs, timeout=60)
+        ray.get(engine.shutdown.remote())
+        best_f, best_r = max(framework), max(raw)
+        return {"backend": backend, "episodes": groups * group_size, "max_tokens": max_tokens,
+                "framework_tokens_per_s": round(best_f, 1), "raw_engine_tokens_per_s": round(best_r, 1),
+                "framework_runs": [round(x, 1) for x in framework], "raw_runs": [round(x, 1) for x in raw],
+                "framework_vs_raw_engine": round(best_f / best_r, 3)}
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _main(args) -> int:
+    result = run(args.backend, args.episodes, args.max_tokens, args.group_size, args.workers, args.repeats)
+    if not args.json:
+        for k, v in result.items():
+            print(f"{k:28s} {v}")
+    print(json.dumps(result))
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("engine", help="framework rollout path vs the same engine driven directly")
+    p.add_argument("--backend", default="auto", help="auto | vllm | hf")
+    p.add_argument("--episodes", type=int, default=128, help="single-turn episodes per measurement")
+    p.add_argument("--max-tokens", type=int, default=32, help="tokens generated per episode")
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--workers", type=int, default=2, help="rollout worker actors")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--json", action="store_true", help="print only the JSON line")
+    p.set_defaults(func=_main)
