@@ -15,6 +15,8 @@ from collections.abc import Callable
 from numbers import Real
 from typing import Any
 
+import numpy as np
+
 
 class EnvContractError(TypeError):
     pass
@@ -45,7 +47,7 @@ def check_step(out: Any) -> tuple[str, float, bool, bool, dict]:
     if isinstance(reward, bool) or not isinstance(reward, Real) or not math.isfinite(float(reward)):
         raise EnvContractError(f"step: reward must be a finite number, got {_short(reward)}")
     for name, flag in (("terminated", terminated), ("truncated", truncated)):
-        if not isinstance(flag, bool | int) and type(flag).__name__ != "bool_":  # numpy bools are fine
+        if not isinstance(flag, bool | int | np.bool_):  # numpy bools, as many gymnasium envs return
             raise EnvContractError(f"step: {name} must be a bool, got {_short(flag)}")
     if not isinstance(info, dict):
         raise EnvContractError(f"step: info must be dict, got {_short(info)}")
