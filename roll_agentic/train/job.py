@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import math
 import os
 import time
 from dataclasses import asdict
@@ -43,6 +44,9 @@ def resolve_model_path(cfg: Config) -> str:
     return str(ensure_tiny_model(cfg.model.tiny_dir).resolve())
 
 
+STREAM_FROM = 0.2  # start streaming gradients once this share of a round's groups is done
+
+
 def make_trainer(model_path: str, cfg: Config):
     """In process for one CPU worker; Ray workers with torch.distributed otherwise."""
     t = cfg.trainer
@@ -64,6 +68,34 @@ def resolve_run_dir(cfg: Config) -> Path:
         return runs[-1]
     name = cfg.run_name or dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return root / name
+
+
+def start_rewards(cfg: Config, run_dir: Path) -> tuple[object | None, str]:
+    """(local emulator or None, endpoint) for serverless rewards; (None, "") for local ones."""
+    r = cfg.reward
+    if r.mode != "serverless":
+        return None, ""
+    from roll_agentic.reward.service import LocalServerless, deploy_rewards
+
+    service = None
+    if r.endpoint_url:
+        endpoint = r.endpoint_url
+    else:
+        service = LocalServerless()
+        endpoint = service.start(run_dir / "serverless")
+    deploy_rewards(endpoint, sorted({t.reward for t in cfg.tasks}), r)
+    return service, endpoint
+
+
+def spawn_rollout_workers(cfg: Config, model_path: str, engines: list, router, buffer,
+                          reward_endpoint: str) -> list:
+    """The job's RolloutWorker actors over `engines` (also used by the multiplexer's jobs)."""
+    env_place = placement(cfg.envs.resources, cfg.envs.num_cpus, cfg.envs.num_cpus)
+    worker_cls = ray.remote(**env_place.options())(RolloutWorker)
+    return [worker_cls.remote(i, cfg.tasks, model_path, engines, router, buffer, cfg.algo.alpha,
+                              cfg.engine.temperature, cfg.engine.top_p, cfg.engine.max_model_len, cfg.reward,
+                              reward_endpoint, cfg.rollout.groups_in_flight, cfg.rollout.env_step_timeout_s)
+            for i in range(cfg.rollout.num_workers)]
 
 
 class TrainingJob:
@@ -100,34 +132,24 @@ class TrainingJob:
         ray.get([e.ping.remote() for e in self.engines])
         self.router = ray.remote(num_cpus=0)(Router).remote(**router_kwargs(cfg))
         shares = [TaskShare(t.name, t.weight, t.group_size) for t in cfg.tasks]
-        self.buffer = ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
-            shares, cfg.algo.groups_per_step, cfg.algo.alpha, cfg.trainer.seed)
+        if cfg.rollout.mode == "tail_batching":
+            from roll_agentic.rollout.tail_batching import TailBatchingBuffer
+
+            self.buffer = ray.remote(num_cpus=0)(TailBatchingBuffer).remote(
+                shares, cfg.algo.groups_per_step, cfg.trainer.seed, cfg.rollout.eta)
+        else:
+            self.buffer = ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
+                shares, cfg.algo.groups_per_step, cfg.algo.alpha, cfg.trainer.seed)
         self.trainer = make_trainer(self.model_path, cfg)
         self.publisher = WeightPublisher(self.engines, self.run_name)
         self._maybe_resume()
-        env_place = placement(cfg.envs.resources, cfg.envs.num_cpus, cfg.envs.num_cpus)
-        worker_cls = ray.remote(**env_place.options())(RolloutWorker)
-        for i in range(cfg.rollout.num_workers):
-            w = worker_cls.remote(i, cfg.tasks, self.model_path, self.engines, self.router, self.buffer,
-                                  cfg.algo.alpha, cfg.engine.temperature, cfg.engine.top_p,
-                                  cfg.engine.max_model_len, cfg.reward, self.reward_endpoint,
-                                  cfg.rollout.groups_in_flight, cfg.rollout.env_step_timeout_s)
-            self.workers.append(w)
+        self.workers = spawn_rollout_workers(cfg, self.model_path, self.engines, self.router, self.buffer,
+                                             self.reward_endpoint)
         self.worker_runs = [w.run.remote() for w in self.workers]
         self._last_engine_stats = collect_engine_stats(self.engines, None, self.engine_pools)
 
     def _start_rewards(self) -> None:
-        r = self.cfg.reward
-        if r.mode != "serverless":
-            return
-        from roll_agentic.reward.service import LocalServerless, deploy_rewards
-
-        if r.endpoint_url:
-            self.reward_endpoint = r.endpoint_url
-        else:
-            self.reward_service = LocalServerless()
-            self.reward_endpoint = self.reward_service.start(self.run_dir / "serverless")
-        deploy_rewards(self.reward_endpoint, sorted({t.reward for t in self.cfg.tasks}), r)
+        self.reward_service, self.reward_endpoint = start_rewards(self.cfg, self.run_dir)
 
     def _maybe_resume(self) -> None:
         if not self.cfg.trainer.resume:
@@ -162,12 +184,48 @@ class TrainingJob:
                                self.trainer.state(), {"buffer": state, "run_name": self.run_name},
                                keep=self.cfg.trainer.keep_checkpoints)
 
+    def stream_phase(self) -> tuple[list, dict[str, float]]:
+        """Tail batching's rollout with streamed gradients (RollPacker's stream trainer).
+
+        Once STREAM_FROM of the round's groups are complete, gradients of the
+        finished groups are computed while the rest still generate; the single
+        optimizer step waits for the whole round, so the update is the same
+        as computing it after the round (no sample is off-policy).
+        """
+        p0 = self.cfg.algo.groups_per_step
+        groups: list = []
+        held: list = []
+        streamed_s = 0.0
+        closed = False
+        while len(groups) < p0:
+            new, closed = ray.get(self.buffer.take_ready.remote(self.version))
+            groups += new
+            held += new
+            if len(groups) >= math.ceil(STREAM_FROM * p0) and len(groups) < p0:
+                t = time.perf_counter()
+                self.trainer.accumulate(samples_from_groups(held, self.cfg.algo.adv_eps))
+                streamed_s += time.perf_counter() - t
+                held = []
+        rollout_done = time.perf_counter()
+        if held:
+            self.trainer.accumulate(samples_from_groups(held, self.cfg.algo.adv_eps))
+        m = self.trainer.apply()
+        self.trainer.step += 1
+        m.update({"tail/streamed_grad_s": streamed_s, "tail/round_closed": float(closed),
+                  "tail/final_grad_s": time.perf_counter() - rollout_done})
+        return groups, m
+
     def step_once(self) -> dict[str, float]:
         t0 = time.perf_counter()
-        groups = self.rollout_phase()
-        t1 = time.perf_counter()
-        train_m = self.train_phase(groups)
-        t2 = time.perf_counter()
+        if self.cfg.rollout.mode == "tail_batching":
+            groups, train_m = self.stream_phase()
+            t1 = t2 = time.perf_counter()
+            t1 -= train_m["tail/final_grad_s"]
+        else:
+            groups = self.rollout_phase()
+            t1 = time.perf_counter()
+            train_m = self.train_phase(groups)
+            t2 = time.perf_counter()
         sync_m = self.sync_phase()
         t3 = time.perf_counter()
         engine_stats = collect_engine_stats(self.engines, self._last_engine_stats, self.engine_pools)

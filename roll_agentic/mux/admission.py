@@ -1,0 +1,111 @@
+"""Admission: who can never run here (refused), and why a job waits (queued).
+
+Refusals are decided before any work from the job's config; the reasons a
+profiled job fits no group are read back from the same policy pieces the
+placement used (saturation, host memory, the round-robin SLO check), so the
+queue shows the rule that kept the job out, with numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from roll_agentic.config import Config
+from roll_agentic.mux.group import Group, is_saturated
+from roll_agentic.mux.mux_config import MuxConfig
+from roll_agentic.mux.placement import group_candidates, memory_ok
+from roll_agentic.mux.profile import ClusterSpec, JobProfile, NodeClass, phase_times
+from roll_agentic.mux.round_robin import MemberPlan, evaluate_round_robin, members_of
+
+GB = 1e9  # the policy counts host memory in GB; the mux config in bytes
+ARCH_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+             "intermediate_size", "vocab_size", "tie_word_embeddings")
+
+
+def cluster_spec(m: MuxConfig) -> ClusterSpec:
+    budget_gb = m.residency_budget_bytes / GB
+    return ClusterSpec(rollout=NodeClass("rollout", 1, m.rollout_price_per_hour, budget_gb),
+                       train=NodeClass("train", 1, m.train_price_per_hour, budget_gb),
+                       warm_switch_s=m.warm_switch_s, cold_switch_s=m.warm_switch_s * 10)
+
+
+def architecture(model_path: str) -> dict:
+    cfg = json.loads((Path(model_path) / "config.json").read_text())
+    return {k: cfg.get(k) for k in ARCH_KEYS}
+
+
+def estimated_state_bytes(model_path: str, cfg: Config) -> int:
+    """fp32 weights + AdamW's two moments (+ a KL reference copy), from the safetensors header."""
+    from safetensors import safe_open
+
+    numel = 0
+    for f in sorted(Path(model_path).glob("*.safetensors")):
+        with safe_open(str(f), "pt") as st:
+            for k in st.keys():  # noqa: SIM118 - safe_open is not a mapping
+                numel += _prod(st.get_slice(k).get_shape())
+    copies = 3 + (1 if cfg.algo.kl_coef > 0 else 0)
+    return numel * 4 * copies
+
+
+def _prod(shape: list[int]) -> int:
+    out = 1
+    for s in shape:
+        out *= s
+    return out
+
+
+def refusal(cfg: Config, model_path: str, pool_model_path: str, m: MuxConfig) -> str:
+    """Why the job can never run on this multiplexer; "" if it can."""
+    if cfg.algo.alpha != 0:
+        return ("algo.alpha must be 0 (algo=sync): phases are synchronous, a job's rollout uses exactly the "
+                "weights its last train phase wrote, and no ticket may stay open across another job's phase")
+    if cfg.trainer.num_workers != 1 or cfg.trainer.resources:
+        return "trainer.num_workers must be 1: a training node here is one trainer process"
+    if architecture(model_path) != architecture(pool_model_path):
+        return (f"model architecture {architecture(model_path)} differs from the rollout pool's "
+                f"{architecture(pool_model_path)}: the shared engines load weights, not models")
+    need = estimated_state_bytes(model_path, cfg)
+    if need > m.residency_budget_bytes:
+        return (f"job state ~{need} B (fp32 weights + Adam moments) exceeds the residency budget of "
+                f"{m.residency_budget_bytes} B per training node")
+    return ""
+
+
+def job_profile(name: str, prof: Mapping[str, float], slo: float) -> JobProfile:
+    return JobProfile(name, "measured", "-", n_rollout=1, n_train=1, roll_s=prof["roll_s"],
+                      train_s=prof["train_s"], sync_s=prof["sync_s"], local_sync_s=prof["sync_s"],
+                      train_mem_gb=prof["state_bytes"] / GB, rollout_mem_gb=prof["weights_bytes"] / GB, slo=slo)
+
+
+def _group_reason(group: Group, job: JobProfile, spec: ClusterSpec, headroom: float) -> str:
+    if is_saturated(group, spec):
+        return f"group {group.group_id}: saturated (no idle phase left to fill)"
+    cands = group_candidates(group, job, spec)
+    if not cands:
+        free = {n.node_id: round(n.mem_free_gb * GB) for n in group.nodes.values()}
+        return (f"group {group.group_id}: host memory: needs {round(job.train_mem_gb * GB)} B on a training node, "
+                f"free {free}")
+    cand = cands[0]
+    if not memory_ok(group, job, cand):
+        return f"group {group.group_id}: host memory too small for the job's state"
+    fresh = max(group.nodes, default=0) + 1
+    rollout = cand.rollout_nodes + tuple(range(fresh, fresh + cand.new_rollout))
+    plans = [*members_of(group, spec),
+             MemberPlan(phase_times(job, len(rollout), len(cand.train_nodes), False, spec), rollout,
+                        cand.train_nodes)]
+    periods = evaluate_round_robin(plans, switch_s=spec.warm_switch_s)
+    members = [*group.members.values(), job]
+    worst = max(zip(members, periods, strict=True), key=lambda mp: mp[1] / (mp[0].slo * mp[0].solo_iter_s))
+    p, t = worst
+    return (f"group {group.group_id}: SLO: packed, {p.job_id} would run at {t / p.solo_iter_s:.2f}x its solo "
+            f"iteration (SLO {p.slo:.2f}x, {headroom:.0%} kept as headroom)")
+
+
+def queue_reason(groups: Mapping[int, Group], job: JobProfile, spec: ClusterSpec, headroom: float,
+                 free_rollout: int, free_train: int) -> str:
+    parts = [_group_reason(g, job, spec, headroom) for g in groups.values()]
+    parts.append(f"a new group needs {job.n_rollout} rollout + {job.n_train} training node(s); free: "
+                 f"{free_rollout} rollout, {free_train} training")
+    return "; ".join(parts)

@@ -1,0 +1,140 @@
+"""`roll-agentic mux run | submit | status | cancel`: the phase multiplexer from the shell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+RUN_EPILOG = """\
+the yaml names the pools and the jobs (see conf/mux/two_tiny.yaml):
+  roll-agentic mux run conf/mux/two_tiny.yaml             # solo baseline, then multiplexed
+  roll-agentic mux run conf/mux/two_tiny.yaml --no-solo   # multiplexed only
+  roll-agentic mux run conf/mux/two_tiny.yaml --serve     # stay up for `mux submit`
+`mux run` stays in the foreground: the multiplexer actor lives as long as it does.
+Output: <output_dir>/<name>-<time>/ with mux_summary.json, mux_gantt.png and jobs/<job>/."""
+
+
+def _load_jobs(path: str):
+    import yaml
+
+    from roll_agentic.mux.mux_config import parse_jobs
+    from roll_agentic.mux.session import compose_job
+
+    specs = parse_jobs(yaml.safe_load(Path(path).read_text()) or {}, where=path)
+    return [(s, compose_job(s)) for s in specs]
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from roll_agentic.config import ConfigError
+    from roll_agentic.mux.mux_config import load_mux_config
+    from roll_agentic.mux.session import compose_job, run_session
+
+    try:
+        m = load_mux_config(args.config)
+        jobs = [(s, compose_job(s)) for s in m.jobs]
+    except (ConfigError, FileNotFoundError) as err:
+        print(f"config error: {err}", file=sys.stderr)
+        return 2
+    try:
+        run_session(m, jobs, solo_baseline=not args.no_solo, serve=args.serve, status_every_s=args.status_every,
+                    quiet=args.quiet, run_name=args.run_name)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _address(args: argparse.Namespace) -> Path:
+    if args.address_file:
+        return Path(args.address_file)
+    from roll_agentic.mux.mux_config import load_mux_config
+    from roll_agentic.mux.session import address_file
+
+    return address_file(load_mux_config(args.config)) if args.config else Path("outputs/mux/current.json")
+
+
+def _cmd_submit(args: argparse.Namespace) -> int:
+    import ray
+
+    from roll_agentic.config import ConfigError
+    from roll_agentic.mux.session import connect
+
+    try:
+        jobs = _load_jobs(args.job)
+        mux = connect(_address(args))
+    except (ConfigError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for spec, cfg in jobs:
+        rec = ray.get(mux.submit.remote(cfg, spec))
+        print(f"{spec.name}: {rec['state']}" + (f" ({rec['reason']})" if rec["reason"] else ""))
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    import ray
+
+    from roll_agentic.mux.job_state import format_status
+    from roll_agentic.mux.session import connect
+
+    try:
+        mux = connect(_address(args))
+    except FileNotFoundError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    snap = ray.get(mux.status.remote())
+    print(json.dumps(snap, indent=1, default=str) if args.json else format_status(snap))
+    return 0
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    import ray
+
+    from roll_agentic.mux.session import connect
+
+    try:
+        mux = connect(_address(args))
+    except FileNotFoundError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    ok = ray.get(mux.cancel.remote(args.name))
+    print(f"{args.name}: {'cancelled' if ok else 'not running'}")
+    return 0 if ok else 1
+
+
+def _where(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--address-file", default="", help="the running multiplexer's current.json "
+                   "(default: <output_dir>/current.json of --config, else outputs/mux/current.json)")
+    p.add_argument("--config", default="", help="the mux yaml the multiplexer was started with")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("mux", help="phase multiplexer: several jobs share rollout and training pools")
+    sub = p.add_subparsers(dest="mux_command", required=True)
+
+    r = sub.add_parser("run", help="start the multiplexer with the pools and jobs of a yaml",
+                       epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("config", help="conf/mux/<name>.yaml")
+    r.add_argument("--no-solo", action="store_true", help="skip the solo baseline (summary has no solo figures)")
+    r.add_argument("--serve", action="store_true", help="stay up after the listed jobs, for `mux submit` (Ctrl-C ends)")
+    r.add_argument("--status-every", type=float, default=15.0, help="seconds between status prints")
+    r.add_argument("--quiet", action="store_true", help="no periodic status")
+    r.add_argument("--run-name", default="", help="run dir name under output_dir (default: <name>-<time>)")
+    r.set_defaults(func=_cmd_run)
+
+    s = sub.add_parser("submit", help="add job(s) to the running multiplexer")
+    s.add_argument("job", help="a yaml with one job (name, slo, overrides) or a `jobs:` list")
+    _where(s)
+    s.set_defaults(func=_cmd_submit)
+
+    st = sub.add_parser("status", help="groups, jobs, phases and SLO standing of the running multiplexer")
+    st.add_argument("--json", action="store_true", help="the raw snapshot")
+    _where(st)
+    st.set_defaults(func=_cmd_status)
+
+    c = sub.add_parser("cancel", help="cancel a job; its permits and residency are released")
+    c.add_argument("name")
+    _where(c)
+    c.set_defaults(func=_cmd_cancel)

@@ -1,0 +1,314 @@
+"""One training job driven phase by phase on pools it shares (inside the multiplexer actor).
+
+The job keeps everything a solo `TrainingJob` has of its own -- buffer,
+router, rollout workers, reward service, run dir, metrics, checkpoints,
+learning curve -- and borrows the devices phase by phase through the
+`PhaseBoard`:
+- rollout: holding the rollout node, load the job's own weights file into
+  the engines, open the step's tickets, wait for the batch, drain;
+- train: holding the trainer node, switch the job's state in (warm from
+  host memory, cold from its checkpoint), take the optimizer step, write the
+  next weights file (the sync's write half), checkpoint when due.
+
+Why the engines never serve one job's requests with another's weights: jobs
+train synchronously (algo.alpha = 0), so a job's workers only hold tickets
+between the `advance` that opens its step -- issued after its weights are
+loaded, under its rollout permit -- and the batch that closes it; the
+engines are drained before the permit is released, and every turn of every
+batch is checked to carry the job's own weight version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import ray
+
+from roll_agentic.config import Config, effective_pools
+from roll_agentic.engine.router import Router, router_kwargs
+from roll_agentic.mux.job_state import JobRecord
+from roll_agentic.mux.phase_board import PhaseBoard
+from roll_agentic.mux.profile import PhaseKind
+from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
+from roll_agentic.train.step_metrics import rollout_metrics
+from roll_agentic.train.trainer import samples_from_groups
+from roll_agentic.train.weight_sync import shared_memory_dir
+
+# (kind, node names) of the phases a job enqueues after `finished` (None: it just joined).
+NextPhases = Callable[[PhaseKind | None], list[tuple[PhaseKind, list[str]]]]
+
+
+class JobFailed(RuntimeError):
+    pass
+
+
+async def _engine_stats(engines: list) -> list[dict]:
+    return list(await asyncio.gather(*(e.stats.remote() for e in engines)))
+
+
+class JobRunner:
+    def __init__(self, cfg: Config, record: JobRecord, board: PhaseBoard, engines: dict[str, list],
+                 slots: dict[str, object], phase_timeout_s: float):
+        self.cfg, self.record, self.board = cfg, record, board
+        self.name = record.name
+        self.engines_by_node, self.slots = engines, slots
+        self.phase_timeout_s = phase_timeout_s
+        self.run_dir = Path(cfg.output_dir) / cfg.run_name
+        self.version = 0
+        self.model_path = ""
+        self.workers: list = []
+        self.worker_runs: list = []
+        self.worker_engines: list[str] = []  # the rollout nodes the workers were built over
+        self.reward_service = None
+        self.reward_endpoint = ""
+        self.weights_dir = shared_memory_dir(f"mux-{self.name}")
+        self._phase: dict[str, float] = {}  # this step's phase timings
+        self._groups: list = []
+        self._log = None
+
+    # -- set-up ----------------------------------------------------------------------------
+    async def setup(self, model_path: str, train_node: str, rollout_nodes: list[str]) -> None:
+        from roll_agentic.telemetry.metrics import MetricsLog
+        from roll_agentic.train.job import _json, start_rewards
+
+        cfg = self.cfg
+        self.model_path = model_path
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.json").write_text(_json(asdict(cfg)))
+        self.reward_service, self.reward_endpoint = await asyncio.to_thread(start_rewards, cfg, self.run_dir)
+        self.router = ray.remote(num_cpus=0)(Router).remote(**router_kwargs(cfg))
+        shares = [TaskShare(t.name, t.weight, t.group_size) for t in cfg.tasks]
+        self.buffer = ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
+            shares, cfg.algo.groups_per_step, cfg.algo.alpha, cfg.trainer.seed)
+        self._log = MetricsLog(self.run_dir, cfg.telemetry.tensorboard)
+        await asyncio.gather(*(s.register.remote(self.name, model_path, cfg.trainer, cfg.algo, cfg.engine.temperature,
+                                                 str(self.run_dir / "checkpoints")) for s in self.slots.values()))
+        self._ensure_workers(rollout_nodes)
+        # Workers ready before the probe: their start-up is not a rollout phase.
+        await asyncio.gather(*(w.stats.remote() for w in self.workers))
+
+    def _initial_weights(self) -> str:
+        path = Path(self.model_path) / "model.safetensors"
+        if not path.exists():
+            raise JobFailed(f"{self.model_path} has no single model.safetensors for the engines' first load")
+        return str(path)
+
+    def _weights_path(self, version: int) -> str:
+        return str(self.weights_dir / f"weights_v{version}.safetensors") if version else self._initial_weights()
+
+    def _ensure_workers(self, nodes: list[str]) -> list:
+        """Workers over the engines of `nodes`: rebuilt if placement moved the job."""
+        from roll_agentic.train.job import spawn_rollout_workers
+
+        engines = [e for n in nodes for e in self.engines_by_node[n]]
+        if nodes != self.worker_engines:
+            self._kill_workers()
+            self.workers = spawn_rollout_workers(self.cfg, self.model_path, engines, self.router, self.buffer,
+                                                 self.reward_endpoint)
+            self.worker_runs = []
+            self.worker_engines = list(nodes)
+        return engines
+
+    def _kill_workers(self) -> None:
+        for w in self.workers:
+            with contextlib.suppress(Exception):
+                ray.kill(w)
+        self.workers, self.worker_runs, self.worker_engines = [], [], []
+
+    # -- phases -------------------------------------------------------------------------------
+    async def _drain(self, engines: list, timeout_s: float = 120.0) -> None:
+        """Waits until no request is in any engine: the pool is handed over empty."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            loads = await asyncio.gather(*(e.load.remote() for e in engines), return_exceptions=True)
+            if all(isinstance(x, int) and x == 0 for x in loads if not isinstance(x, BaseException)):
+                return
+            if time.monotonic() > deadline:
+                raise JobFailed(f"engines still busy after {timeout_s}s: {loads}")
+            await asyncio.sleep(0.02)
+
+    async def _await_batch(self) -> list:
+        """The step's batch; fails the job if a worker dies or the phase runs past its limit."""
+        batch = asyncio.ensure_future(self.buffer.get_batch.remote(self.cfg.algo.groups_per_step, self.version))
+        watch = [asyncio.ensure_future(r) for r in self.worker_runs]
+        try:
+            done, _ = await asyncio.wait([batch, *watch], timeout=self.phase_timeout_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if batch in done:
+                return batch.result()
+            for w in watch:
+                if w in done:
+                    err = w.exception()
+                    raise JobFailed(f"a rollout worker stopped mid-phase: {type(err).__name__ if err else 'exit'}")
+            raise JobFailed(f"rollout phase exceeded phase_timeout_s={self.phase_timeout_s}")
+        finally:
+            for w in watch:
+                w.cancel()
+            batch.cancel()
+
+    async def rollout(self, nodes: list[str], probe: bool = False, idle: tuple[str, ...] = ()) -> None:
+        engines = self._ensure_workers(nodes)
+        kind = "probe-rollout" if probe else "rollout"
+        self.record.phase = f"waiting {kind}"
+        step_t0 = time.perf_counter()
+        async with self.board.hold(self.name, kind, nodes, idle) as wait_s:
+            self.record.phase = kind
+            t0 = time.perf_counter()
+            try:
+                await self._drain(engines)
+                before = await _engine_stats(engines)
+                versions = await asyncio.gather(*(e.load_weights.remote(self.version, self._weights_path(self.version))
+                                                  for e in engines))
+                load_s = time.perf_counter() - t0
+                if any(v != self.version for v in versions):
+                    raise JobFailed(f"engines serve versions {versions}, expected {self.version}")
+                if not self.worker_runs:  # the first step's tickets are open from the start
+                    self.worker_runs = [w.run.remote() for w in self.workers]
+                else:
+                    await self.buffer.advance.remote(self.version)
+                groups = await self._await_batch()
+                await self._drain(engines)
+                after = await _engine_stats(engines)
+            except BaseException:
+                # A job that fails or is cancelled mid-phase leaves the engines empty for the next.
+                self._kill_workers()
+                with contextlib.suppress(Exception):
+                    await self._drain(engines, timeout_s=60.0)
+                raise
+        bad = {turn.weight_version for g in groups for t in g for turn in t.turns} - {self.version}
+        if bad:
+            raise JobFailed(f"isolation check: turns served by weight versions {sorted(bad)}, expected {self.version}")
+        if self.version:
+            Path(self._weights_path(self.version)).unlink(missing_ok=True)  # the engines hold it now
+        self._groups = groups
+        self._phase = {"step_t0": step_t0, "rollout_wait_s": wait_s, "rollout_s": time.perf_counter() - t0,
+                       "load_s": load_s}
+        self._stats = (before, after)
+
+    async def train(self, node: str, probe: bool = False, park: bool = False, idle: tuple[str, ...] = ()) -> dict:
+        """One optimizer step under the trainer permit; returns the switch record."""
+        kind = "probe-train" if probe else "train"
+        slot = self.slots[node]
+        self.record.phase = f"waiting {kind}"
+        async with self.board.hold(self.name, kind, [node], idle) as wait_s:
+            self.record.phase = kind
+            t0 = time.perf_counter()
+            switch = await slot.switch_in.remote(self.name)
+            t1 = time.perf_counter()
+            samples = samples_from_groups(self._groups, self.cfg.algo.adv_eps)
+            train_m = await slot.train.remote(self.name, samples)
+            self.version += 1
+            t2 = time.perf_counter()
+            write_s = await slot.write_weights.remote(self.name, self._weights_path(self.version))
+            if park:
+                self.record.profile["state_bytes"], self.record.profile["weights_bytes"] = \
+                    await slot.state_bytes.remote(self.name)
+                await slot.park.remote(self.name, self.version, await self._run_state(),
+                                       self.cfg.trainer.keep_checkpoints)
+            elif self.version % self.cfg.trainer.save_every == 0 or self.version == self.cfg.trainer.total_steps:
+                await self.checkpoint(node)
+        self.record.step_ends.append(self.board.now())
+        self.record.step = self.version
+        record = asdict(switch)
+        if record["kind"] != "none":
+            self.record.switches.append(record)
+        self._phase.update({"train_wait_s": wait_s, "switch_s": t1 - t0, "train_s": t2 - t1, "write_s": write_s,
+                            "switch_kind": record["kind"]})
+        self._train_m = train_m
+        return record
+
+    async def _run_state(self) -> dict:
+        state = await self.buffer.export_state.remote()
+        # A solo run advances its buffer at sync time; here advance waits for the job's
+        # next rollout permit (so no ticket opens while other weights are loaded), so the
+        # checkpoint records the state the advance will produce, and resumes like a solo one.
+        state["version"] = state["steps_taken"] = self.version
+        return {"buffer": state, "run_name": self.cfg.run_name}
+
+    async def checkpoint(self, node: str) -> str:
+        return await self.slots[node].checkpoint.remote(self.name, self.version, await self._run_state(),
+                                                        self.cfg.trainer.keep_checkpoints)
+
+    async def sync(self) -> dict[str, float]:
+        """After the train phase: no device held; the step's metrics are logged."""
+        before, after = self._stats
+        p = self._phase
+        step_s = time.perf_counter() - p["step_t0"]
+        worker_stats = await asyncio.gather(*(w.stats.remote() for w in self.workers))
+        routing = await self.router.snapshot.remote()
+        buffer_m = await self.buffer.metrics.remote()
+        m = rollout_metrics(self._groups, self.version - 1, after, before, list(worker_stats), step_s,
+                            routing=routing, prices={x.name: x.price_per_hour for x in effective_pools(self.cfg)})
+        m.update(self._train_m)
+        m.update(buffer_m)
+        m.update({"step": float(self.version), "time/step_s": step_s, "time/rollout_wait_s": p["rollout_s"],
+                  "time/train_s": p["train_s"], "time/sync_s": p["write_s"] + p["load_s"],
+                  "mux/rollout_queue_s": p["rollout_wait_s"], "mux/train_queue_s": p["train_wait_s"],
+                  "mux/switch_s": p["switch_s"], "mux/switch_warm": float(p["switch_kind"] == "warm"),
+                  "mux/switch_cold": float(p["switch_kind"] == "cold")})
+        await asyncio.to_thread(self._log.write, self.version, m)
+        return m
+
+    # -- the whole job ------------------------------------------------------------------------
+    async def probe(self, rollout_nodes: list[str], train_node: str, margin: float, steps: int = 2) -> dict[str, float]:
+        """The job's first iterations, timed: its conservative profile (it trains on them too).
+
+        The first is a warm-up (env construction, first batches); the last is measured and
+        scaled by `margin`. Then the job's state is parked on disk: it is not resident
+        until admitted, so its first admitted switch-in is cold.
+        """
+        steps = max(1, min(steps, self.cfg.trainer.total_steps))
+        for i in range(steps):
+            # Each probe phase holds the other pool too, idle: the profile is of the job
+            # alone, not of the job next to whatever else runs on this machine's cores.
+            await self.rollout(rollout_nodes, probe=True, idle=(train_node,))
+            await self.train(train_node, probe=True, park=i == steps - 1, idle=tuple(rollout_nodes))
+            await self.sync()
+        p = self._phase
+        prof = self.record.profile
+        # Switch-ins are the policy's warm_switch_s, not phase time: only the step counts.
+        prof.update({"roll_s": p["rollout_s"] * margin, "train_s": p["train_s"] * margin,
+                     "sync_s": p["write_s"] + p["load_s"]})
+        prof["solo_iter_s"] = prof["roll_s"] + prof["train_s"] + prof["sync_s"]
+        return prof
+
+    async def run(self, next_phases: NextPhases) -> None:
+        """Round robin from the job's second step: rollout -> train -> sync, as permits allow."""
+        finished: PhaseKind | None = None
+        while self.version < self.cfg.trainer.total_steps:
+            for kind, nodes in next_phases(finished):
+                if kind is PhaseKind.ROLLOUT:
+                    await self.rollout(nodes)
+                elif kind is PhaseKind.TRAIN:
+                    await self.train(nodes[0])
+                else:
+                    await self.sync()
+                finished = kind
+        self.record.phase = ""
+
+    async def close(self) -> None:
+        from roll_agentic.telemetry.plots import reward_curve
+
+        self._kill_workers()
+        for actor in ("buffer", "router"):
+            with contextlib.suppress(Exception):
+                ray.kill(getattr(self, actor))
+        if self._log is not None:
+            rows = self._log.read()
+            self._log.close()
+            if self.cfg.telemetry.plots and rows:
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(reward_curve, rows, [t.name for t in self.cfg.tasks],
+                                            self.run_dir / "reward_curve.png")
+        for p in self.weights_dir.glob("*"):
+            p.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.weights_dir.rmdir()
+        if self.reward_service is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.reward_service.stop)

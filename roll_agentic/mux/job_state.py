@@ -1,0 +1,92 @@
+"""What the multiplexer knows about each job: the record `mux status` prints."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    PROFILING = "profiling"  # its probe iteration runs (one rollout, one train phase)
+    QUEUED = "queued"  # profiled; fits no group now; `reason` says why
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    REFUSED = "refused"  # can never run here (e.g. its state exceeds the residency budget)
+
+    @property
+    def final(self) -> bool:
+        return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED, JobState.REFUSED)
+
+
+@dataclass
+class JobRecord:
+    name: str
+    slo: float
+    total_steps: int
+    run_dir: str = ""
+    state: JobState = JobState.PROFILING
+    reason: str = ""  # why it waits, was refused, or failed
+    phase: str = ""  # e.g. "rollout", "waiting train"
+    group: int | None = None
+    nodes: list[str] = field(default_factory=list)
+    step: int = 0
+    submitted_at: float = 0.0  # board seconds
+    finished_at: float = 0.0
+    profile: dict[str, float] = field(default_factory=dict)  # worst-case roll_s/train_s/sync_s, bytes
+    step_ends: list[float] = field(default_factory=list)  # board seconds at each train-phase end
+    switches: list[dict] = field(default_factory=list)  # SwitchRecord of each train switch-in
+
+    def iteration_times(self, skip: int = 2) -> list[float]:
+        """Train end to train end, past the probe and the first admitted step."""
+        ends = self.step_ends[skip:]
+        return [b - a for a, b in zip(ends, ends[1:], strict=False)]
+
+    def mean_iteration_s(self) -> float | None:
+        its = self.iteration_times()
+        return statistics.fmean(its) if its else None
+
+    def switch_s(self, kind: str) -> float | None:
+        xs = [s["in_s"] for s in self.switches if s["kind"] == kind]
+        return statistics.median(xs) if xs else None
+
+    def slowdown_estimate(self) -> float | None:
+        """Live SLO standing: measured iteration / the profiled (worst-case) solo iteration."""
+        it, solo = self.mean_iteration_s(), self.profile.get("solo_iter_s")
+        return it / solo if it is not None and solo else None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["state"] = str(self.state)
+        d["mean_iteration_s"] = self.mean_iteration_s()
+        d["slowdown_estimate"] = self.slowdown_estimate()
+        d["warm_switch_s"] = self.switch_s("warm")
+        d["cold_switch_s"] = self.switch_s("cold")
+        return d
+
+
+def format_status(snapshot: dict) -> str:
+    """The text of `roll-agentic mux status`: groups, jobs, phases, SLO standing."""
+    lines = [f"multiplexer {snapshot['name']}  run dir {snapshot['run_dir']}  up {snapshot['uptime_s']:.0f}s"]
+    busy = "  ".join(f"{p} {f:.0%}" for p, f in snapshot.get("pool_busy_fraction", {}).items())
+    lines.append(f"pools busy: {busy or '-'}")
+    for node, n in snapshot.get("nodes", {}).items():
+        lines.append(f"  node {node} ({n['pool']}): holder {n['holder'] or '-'}  waiting {n['waiting'] or '-'}")
+    lines.append("groups:")
+    for g in snapshot.get("groups", []):
+        lines.append(f"  group {g['group_id']}: nodes {g['nodes']}  members {g['members']}")
+    if not snapshot.get("groups"):
+        lines.append("  (none)")
+    lines.append("jobs:")
+    for j in snapshot.get("jobs", []):
+        est = j.get("slowdown_estimate")
+        slo = f"slowdown {est:.2f}x / SLO {j['slo']:.2f}x" if est else f"SLO {j['slo']:.2f}x"
+        where = f"group {j['group']}" if j.get("group") is not None else "-"
+        line = (f"  {j['name']:<14} {j['state']:<10} step {j['step']}/{j['total_steps']}  "
+                f"phase {j['phase'] or '-':<14} {where:<8} {slo}")
+        if j.get("reason"):
+            line += f"  reason: {j['reason']}"
+        lines.append(line)
+    return "\n".join(lines)

@@ -1,0 +1,267 @@
+"""The multiplexer: a Ray actor that owns the pools and hands them to jobs phase by phase.
+
+It owns the rollout nodes (engine actors) and the training nodes (trainer
+slots, roll_agentic/mux/trainer_slot.py), and for each submitted job:
+1. refuses it if it can never run here (admission.refusal);
+2. profiles it: its first iteration runs through the shared FIFOs, timed
+   (x `profile_margin` for the worst case), then its state is parked on disk;
+3. places it with the RollMux policy (saturation, memory, SLO check, cheapest
+   candidate); a job that fits nowhere waits, its reason shown, and is
+   retried whenever a job leaves; it is never placed so as to break an SLO;
+4. runs it in round robin inside its group (roll_agentic/mux/job_runner.py);
+5. on the end, failure or cancellation of a job: releases its permits, its
+   residency and its nodes, and retries the queue; the others go on.
+
+The actor is named (`ACTOR_NAME` in `NAMESPACE`) and not detached: it lives
+as long as the `roll-agentic mux run` process that created it, which also
+writes the Ray address for `mux submit` and `mux status` to find it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import ray
+
+from roll_agentic.config import Config, validate
+from roll_agentic.mux import admission
+from roll_agentic.mux.group import GroupBook
+from roll_agentic.mux.job_runner import JobRunner
+from roll_agentic.mux.job_state import JobRecord, JobState
+from roll_agentic.mux.mux_config import JobSpec, MuxConfig
+from roll_agentic.mux.phase_board import PhaseBoard
+from roll_agentic.mux.placement import RollMuxPolicy
+from roll_agentic.mux.profile import PhaseKind, Pool
+from roll_agentic.mux.trainer_slot import TrainerSlot
+
+ACTOR_NAME = "roll-agentic-mux"
+NAMESPACE = "roll-agentic"
+
+
+class Multiplexer:
+    def __init__(self, m: MuxConfig, run_dir: str, pool_model_path: str):
+        self.m, self.run_dir, self.pool_model_path = m, Path(run_dir), pool_model_path
+        self.board = PhaseBoard()
+        self.spec = admission.cluster_spec(m)
+        self.book = GroupBook(self.spec)
+        self.policy = RollMuxPolicy(self.spec, headroom=m.slo_headroom)
+        self.records: dict[str, JobRecord] = {}
+        self.runners: dict[str, JobRunner] = {}
+        self.tasks: dict[str, asyncio.Task] = {}
+        self.phys: dict[int, str] = {}  # book node id -> physical node name
+        self.engines: dict[str, list] = {}
+        self.slots: dict[str, object] = {}
+        self._changed: asyncio.Condition | None = None
+        self._started = False
+
+    async def start(self) -> bool:
+        """Builds the pools: engines per rollout node, one trainer process per training node."""
+        if self._started:
+            return True
+        from roll_agentic.engine.host import engine_actor_class
+
+        m = self.m
+        cfg = Config()
+        cfg.engine.max_batch, cfg.engine.max_model_len = m.max_batch, m.max_model_len
+        actor = engine_actor_class(0.0)
+        for r in range(m.rollout_nodes):
+            name = f"rollout{r}"
+            self.engines[name] = [actor.remote(m.backend, self.pool_model_path, cfg.engine, seed=r * 100 + i,
+                                               pool=name, hardware="rollout") for i in range(m.engines_per_node)]
+            self.board.add_node(name, Pool.ROLLOUT.value)
+        slot_cls = ray.remote(num_cpus=0, max_concurrency=1)(TrainerSlot)
+        for t in range(m.train_nodes):
+            name = f"train{t}"
+            self.slots[name] = slot_cls.remote(name, m.residency_budget_bytes, m.train_threads)
+            self.board.add_node(name, Pool.TRAIN.value)
+        await asyncio.gather(*(e.ping.remote() for es in self.engines.values() for e in es),
+                             *(s.ping.remote() for s in self.slots.values()))
+        self._changed = asyncio.Condition()
+        self._started = True
+        return True
+
+    # -- submission -------------------------------------------------------------------------
+    def _job_config(self, cfg: Config, name: str, engines: int) -> Config:
+        cfg = copy.deepcopy(cfg)
+        cfg.output_dir, cfg.run_name = str(self.run_dir / "jobs"), name
+        cfg.telemetry.progress = False
+        # The job's engines are the pool's: one routing pool spanning the node's engines.
+        cfg.pools, cfg.engine.num_engines = [], engines
+        for t in cfg.tasks:
+            t.pool = "default"
+        return validate(cfg)
+
+    async def submit(self, cfg: Config, spec: JobSpec) -> dict:
+        from roll_agentic.train.job import resolve_model_path
+
+        if spec.name in self.records and not self.records[spec.name].state.final:
+            raise ValueError(f"job {spec.name!r} is already here ({self.records[spec.name].state})")
+        cfg = self._job_config(cfg, spec.name, self.m.engines_per_node)
+        rec = JobRecord(spec.name, spec.slo, cfg.trainer.total_steps, str(Path(cfg.output_dir) / cfg.run_name),
+                        submitted_at=self.board.now())
+        self.records[spec.name] = rec
+        model_path = resolve_model_path(cfg)
+        why = admission.refusal(cfg, model_path, self.pool_model_path, self.m)
+        if why:
+            rec.state, rec.reason, rec.finished_at = JobState.REFUSED, why, self.board.now()
+            return rec.to_dict()
+        await self.start()  # refusals need no pools; the first admissible job brings them up
+        self.tasks[spec.name] = asyncio.get_running_loop().create_task(self._lifecycle(cfg, rec, model_path))
+        return rec.to_dict()
+
+    def _free(self, pool: Pool) -> list[str]:
+        used = set(self.phys.values())
+        names = self.engines if pool is Pool.ROLLOUT else self.slots
+        return [n for n in names if n not in used]
+
+    def _probe_nodes(self) -> tuple[list[str], str]:
+        # Free nodes first (nobody is slowed); else the node with the shortest FIFO.
+        def pick(pool: Pool) -> str:
+            free = self._free(pool)
+            if free:
+                return free[0]
+            names = self.engines if pool is Pool.ROLLOUT else self.slots
+            return min(names, key=lambda n: len(self.board.nodes[n].fifo))
+        return [pick(Pool.ROLLOUT)], pick(Pool.TRAIN)
+
+    async def _lifecycle(self, cfg: Config, rec: JobRecord, model_path: str) -> None:
+        runner = JobRunner(cfg, rec, self.board, self.engines, self.slots, self.m.phase_timeout_s)
+        self.runners[rec.name] = runner
+        placed = False
+        try:
+            rollout_nodes, train_node = self._probe_nodes()
+            await runner.setup(model_path, train_node, rollout_nodes)
+            prof = await runner.probe(rollout_nodes, train_node, self.m.profile_margin, self.m.profile_steps)
+            if runner.version >= cfg.trainer.total_steps:  # a job shorter than its probe
+                rec.state = JobState.DONE
+                return
+            if prof["state_bytes"] > self.m.residency_budget_bytes:
+                rec.state = JobState.REFUSED
+                rec.reason = (f"job state {prof['state_bytes']} B exceeds the residency budget of "
+                              f"{self.m.residency_budget_bytes} B per training node")
+                return
+            profile = admission.job_profile(rec.name, prof, rec.slo)
+            rec.state = JobState.QUEUED
+            async with self._changed:
+                while not await self._try_place(rec, profile):
+                    await self._changed.wait()
+            placed = True
+            rec.state, rec.reason = JobState.RUNNING, ""
+            await runner.run(lambda finished: self._next_phases(rec.name, finished))
+            rec.state = JobState.DONE
+        except asyncio.CancelledError:
+            rec.state, rec.reason = JobState.CANCELLED, rec.reason or "cancelled"
+        except Exception as err:  # the job fails; the pools and the other jobs go on
+            rec.state, rec.reason = JobState.FAILED, f"{type(err).__name__}: {err}"
+        finally:
+            rec.phase, rec.finished_at = "", self.board.now()
+            await self._leave(rec, placed)
+            await runner.close()
+
+    async def _try_place(self, rec: JobRecord, profile) -> bool:
+        placement = self.policy.place(self.book.groups, profile)
+        need_r, need_t = placement.new_rollout, placement.new_train
+        free_r, free_t = self._free(Pool.ROLLOUT), self._free(Pool.TRAIN)
+        if need_r > len(free_r) or need_t > len(free_t):
+            rec.reason = admission.queue_reason(self.book.groups, profile, self.spec, self.m.slo_headroom,
+                                                len(free_r), len(free_t))
+            return False
+        group, opened = self.book.apply(placement, profile)
+        for node in opened:
+            self.phys[node.node_id] = (free_r if node.pool is Pool.ROLLOUT else free_t).pop(0)
+        pin = group.pinning[rec.name]
+        rec.group = group.group_id
+        rec.nodes = [self.phys[n] for n in (*pin.rollout_nodes, *pin.train_nodes)]
+        for n in pin.train_nodes:  # the policy checked memory; the slot enforces it
+            await self.slots[self.phys[n]].reserve.remote(rec.name, int(rec.profile["state_bytes"]))
+        return True
+
+    def _next_phases(self, job: str, finished: PhaseKind | None) -> list[tuple[PhaseKind, list[str]]]:
+        group = self.book.groups[self.book.job_group[job]]
+        return [(p.kind, [self.phys[n] for n in p.nodes]) for p in self.policy.next_phases(group, job, finished)]
+
+    async def _leave(self, rec: JobRecord, placed: bool) -> None:
+        for slot in self.slots.values():
+            with contextlib.suppress(Exception):
+                await slot.release.remote(rec.name)
+        if placed and rec.name in self.book.job_group:
+            for node in self.book.remove(rec.name):
+                self.phys.pop(node.node_id, None)
+        if self._changed is not None:
+            async with self._changed:
+                self._changed.notify_all()
+
+    # -- control and status ------------------------------------------------------------------
+    async def cancel(self, name: str) -> bool:
+        task = self.tasks.get(name)
+        if task is None or task.done():
+            return False
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        return True
+
+    def inject_fault(self, name: str) -> bool:
+        """Kills the job's rollout workers, as a crash would (tests and drills)."""
+        runner = self.runners.get(name)
+        if runner is None or not runner.workers:
+            return False
+        for w in runner.workers:
+            ray.kill(w)
+        return True
+
+    async def wait(self, names: list[str] | None = None, timeout_s: float | None = None) -> bool:
+        """True once every named job (default: all) has finished, failed, or been refused."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            names_ = names or list(self.records)
+            recs = [self.records[n] for n in names_ if n in self.records]
+            # Final state and a finished lifecycle: its close (curve, worker stop) is done too.
+            if all(r.state.final for r in recs) and all(self.tasks[n].done() for n in names_ if n in self.tasks):
+                return True
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.2)
+
+    def status(self) -> dict:
+        groups = [{"group_id": g.group_id, "nodes": [self.phys.get(n, str(n)) for n in g.nodes],
+                   "members": list(g.pinning)} for g in self.book.groups.values()]
+        return {"name": self.m.name, "run_dir": str(self.run_dir), "uptime_s": self.board.now(),
+                "pool_busy_fraction": self.board.busy_fraction(0.0, self.board.now()),
+                "nodes": self.board.snapshot(), "groups": groups,
+                "jobs": [r.to_dict() for r in self.records.values()]}
+
+    def result(self) -> dict:
+        """What the summary needs: the jobs, the held intervals and the pass's span."""
+        recs = list(self.records.values())
+        start = min((r.submitted_at for r in recs), default=0.0)
+        end = max((r.finished_at for r in recs), default=self.board.now())
+        return {"start": start, "end": end, "pool_busy_fraction": self.board.busy_fraction(start, end),
+                "jobs": {r.name: r.to_dict() for r in recs},
+                "intervals": [asdict(i) for i in self.board.intervals]}
+
+    async def shutdown(self) -> None:
+        for name in list(self.tasks):
+            await self.cancel(name)
+        for es in self.engines.values():
+            for e in es:
+                with contextlib.suppress(Exception):
+                    await e.shutdown.remote()
+                with contextlib.suppress(Exception):
+                    ray.kill(e)
+        for s in self.slots.values():
+            with contextlib.suppress(Exception):
+                ray.kill(s)
+
+    def ping(self) -> bool:
+        return True
+
+
+def multiplexer_actor():
+    """Async actor: job lifecycles are coroutines on its loop; status calls never queue behind a phase."""
+    return ray.remote(num_cpus=0, max_concurrency=1000, max_restarts=0)(Multiplexer)

@@ -1,0 +1,104 @@
+"""What `roll-agentic mux run` reads: the pools it owns and the jobs it admits.
+
+A mux file (conf/mux/*.yaml) names the inventory -- rollout nodes (each a set
+of engine actors) and training nodes (each one trainer process) -- the host
+memory each node lends to resident job state, the prices the placement
+policy minimises, and the jobs. A job is a full training config (hydra
+overrides over conf/config.yaml, or another config dir) plus its SLO: the
+slowdown of an iteration it tolerates versus running alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from roll_agentic.config import ConfigError
+
+
+@dataclass
+class JobSpec:
+    name: str
+    slo: float = 1.5  # tolerated slowdown of an iteration versus running alone
+    overrides: list[str] = field(default_factory=list)  # hydra key=value over the job's config
+    config_dir: str = ""  # "" = the repo's conf/
+    config_name: str = "config"
+
+
+@dataclass
+class MuxConfig:
+    name: str = "mux"
+    output_dir: str = "outputs/mux"
+    model_path: str = ""  # the architecture the rollout pool serves; "" = the tiny model
+    tiny_dir: str = ".cache/tiny-model"
+    backend: str = "hf"  # rollout engines: hf | vllm | auto
+    rollout_nodes: int = 1
+    engines_per_node: int = 1
+    train_nodes: int = 1
+    max_batch: int = 64
+    max_model_len: int = 1024
+    # Host memory per node that resident job state may use (bytes). A job
+    # whose state exceeds it is refused; one that does not fit now waits.
+    residency_budget_bytes: int = 1 << 30
+    train_threads: int = 1  # torch threads of each trainer process
+    warm_switch_s: float = 0.05  # the policy's switch cost (measured figures go to the summary)
+    rollout_price_per_hour: float = 1.0
+    train_price_per_hour: float = 2.85
+    # Worst-case factor on the profiled phases: the engines cannot be told to
+    # decode every reply to max_new_tokens, so the probe's real phases are
+    # scaled by this margin (MECHANISMS.md s2 step 1 asks for worst case).
+    profile_margin: float = 1.2
+    profile_steps: int = 2  # probe iterations on arrival: a warm-up, then the measured one
+    slo_headroom: float = 0.10
+    phase_timeout_s: float = 900.0  # a phase that runs longer fails its job, never the pools
+    ray_num_cpus: int = 0
+    jobs: list[JobSpec] = field(default_factory=list)
+
+
+def _job(raw: dict[str, Any], where: str) -> JobSpec:
+    unknown = set(raw) - {"name", "slo", "overrides", "config_dir", "config_name"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; valid: name, slo, overrides, "
+                          "config_dir, config_name")
+    if not raw.get("name"):
+        raise ConfigError(f"{where}.name: expected a non-empty job name")
+    spec = JobSpec(str(raw["name"]), float(raw.get("slo", 1.5)), [str(o) for o in raw.get("overrides") or []],
+                   str(raw.get("config_dir") or ""), str(raw.get("config_name") or "config"))
+    if spec.slo < 1.0:
+        raise ConfigError(f"{where}.slo: expected a slowdown factor >= 1.0, got {spec.slo}")
+    return spec
+
+
+def parse_jobs(raw: Any, where: str = "jobs") -> list[JobSpec]:
+    """A single job mapping or a `jobs:` list (what `mux submit` accepts)."""
+    if isinstance(raw, dict) and "jobs" in raw:
+        raw = raw["jobs"]
+    if isinstance(raw, dict):
+        return [_job(raw, where)]
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}: expected a job mapping or a list of jobs")
+    jobs = [_job(j, f"{where}[{i}]") for i, j in enumerate(raw)]
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}: job names must be unique, got {names}")
+    return jobs
+
+
+def load_mux_config(path: str | Path, overrides: dict[str, Any] | None = None) -> MuxConfig:
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    raw.update(overrides or {})
+    fields = set(MuxConfig.__dataclass_fields__)
+    unknown = set(raw) - fields
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}; valid: {', '.join(sorted(fields))}")
+    jobs = parse_jobs(raw.pop("jobs", []) or [])
+    cfg = MuxConfig(**raw, jobs=jobs)
+    for key in ("rollout_nodes", "engines_per_node", "train_nodes", "residency_budget_bytes", "train_threads"):
+        if int(getattr(cfg, key)) < 1:
+            raise ConfigError(f"{key}: expected an integer >= 1, got {getattr(cfg, key)}")
+    if cfg.profile_margin < 1.0:
+        raise ConfigError(f"profile_margin: expected >= 1.0 (worst case), got {cfg.profile_margin}")
+    return cfg

@@ -1,0 +1,124 @@
+"""The driver side of `roll-agentic mux`: start a multiplexer, or find the running one.
+
+`run_session` starts Ray (local on loopback, or the configured cluster),
+creates the named Multiplexer actor, writes `<output_dir>/current.json`
+(Ray address, namespace, run dir) for `mux submit` / `mux status`, admits
+the configured jobs and waits for them. With the solo baseline on (the
+default outside --serve) the same jobs first run one after the other, alone,
+through the same code in a fresh multiplexer, and the summary compares.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import time
+from pathlib import Path
+
+import ray
+
+from roll_agentic.config import Config, RayConfig
+from roll_agentic.hydra_config import load_config
+from roll_agentic.mux.job_state import format_status
+from roll_agentic.mux.multiplexer import ACTOR_NAME, NAMESPACE, multiplexer_actor
+from roll_agentic.mux.mux_config import JobSpec, MuxConfig
+from roll_agentic.mux.summary import write_summary
+
+
+def compose_job(spec: JobSpec) -> Config:
+    return load_config(spec.overrides, config_dir=spec.config_dir or None, config_name=spec.config_name)
+
+
+def pool_model_path(m: MuxConfig) -> str:
+    from roll_agentic.train.job import resolve_model_path
+
+    cfg = Config()
+    cfg.model.path, cfg.model.tiny_dir = m.model_path, m.tiny_dir
+    return resolve_model_path(cfg)
+
+
+def address_file(m: MuxConfig) -> Path:
+    return Path(m.output_dir) / "current.json"
+
+
+def start_multiplexer(m: MuxConfig, run_dir: Path):
+    """A fresh named Multiplexer with its pools up (replacing a previous one of this session)."""
+    try:
+        ray.kill(ray.get_actor(ACTOR_NAME, namespace=NAMESPACE))
+        time.sleep(0.5)
+    except ValueError:
+        pass
+    run_dir.mkdir(parents=True, exist_ok=True)
+    mux = multiplexer_actor().options(name=ACTOR_NAME, namespace=NAMESPACE).remote(
+        m, str(run_dir), pool_model_path(m))
+    ray.get(mux.start.remote())
+    return mux
+
+
+def _wait(mux, names: list[str] | None, status_every_s: float, quiet: bool) -> None:
+    last = 0.0
+    while not ray.get(mux.wait.remote(names, 1.0)):
+        if not quiet and time.monotonic() - last > status_every_s:
+            print(format_status(ray.get(mux.status.remote())), flush=True)
+            last = time.monotonic()
+
+
+def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline: bool = True,
+                serve: bool = False, status_every_s: float = 15.0, quiet: bool = False,
+                run_name: str = "") -> dict:
+    from roll_agentic.cluster import init_ray
+
+    run_dir = Path(m.output_dir) / (run_name or f"{m.name}-{dt.datetime.now():%Y%m%d-%H%M%S}")
+    started = init_ray(RayConfig(num_cpus=m.ray_num_cpus))
+    try:
+        solo = None
+        if solo_baseline and not serve:
+            print(f"solo baseline: {len(jobs)} job(s) one after the other, alone", flush=True)
+            mux = start_multiplexer(m, run_dir / "solo")
+            for spec, cfg in jobs:
+                ray.get(mux.submit.remote(cfg, spec))
+                _wait(mux, [spec.name], status_every_s, quiet)
+            solo = ray.get(mux.result.remote())
+            ray.get(mux.shutdown.remote())
+        mux = start_multiplexer(m, run_dir)
+        address_file(m).parent.mkdir(parents=True, exist_ok=True)
+        address_file(m).write_text(json.dumps({
+            "address": ray.get_runtime_context().gcs_address, "namespace": NAMESPACE, "actor": ACTOR_NAME,
+            "run_dir": str(run_dir), "pid": os.getpid()}))
+        print(f"multiplexer {ACTOR_NAME} up; run dir {run_dir}; `roll-agentic mux status` / `mux submit`",
+              flush=True)
+        for spec, cfg in jobs:
+            ray.get(mux.submit.remote(cfg, spec))
+        _wait(mux, None, status_every_s, quiet)
+        while serve:  # a long-lived multiplexer: jobs keep arriving through `mux submit`
+            time.sleep(status_every_s)
+            if not quiet:
+                print(format_status(ray.get(mux.status.remote())), flush=True)
+        status = ray.get(mux.status.remote())
+        result = ray.get(mux.result.remote())
+        summary = write_summary(run_dir, result, solo)
+        ray.get(mux.shutdown.remote())
+        print(format_status(status), flush=True)
+        print(json.dumps({k: summary[k] for k in ("pool_busy_fraction", "solo_pool_busy_fraction", "job_slowdown",
+                                                  "job_slo", "warm_switch_s", "cold_switch_s")}, indent=1))
+        print(f"summary: {run_dir / 'mux_summary.json'}  gantt: {run_dir / 'mux_gantt.png'}", flush=True)
+        return {"run_dir": str(run_dir), "summary": summary, "status": status}
+    finally:
+        address_file(m).unlink(missing_ok=True)
+        if started:
+            ray.shutdown()
+
+
+def connect(path: Path):
+    """The running multiplexer named in an address file (written by `mux run`)."""
+    from roll_agentic.cluster import loopback_environment
+
+    if not path.exists():
+        raise FileNotFoundError(f"no running multiplexer: {path} is missing (start one with `roll-agentic mux run`)")
+    info = json.loads(path.read_text())
+    loopback_environment()
+    if not ray.is_initialized():
+        ray.init(address=info["address"], namespace=info["namespace"], logging_level="WARNING",
+                 log_to_driver=False)
+    return ray.get_actor(info["actor"], namespace=info["namespace"])

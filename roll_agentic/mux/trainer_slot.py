@@ -1,0 +1,177 @@
+"""One training node: a trainer process whose model object is swapped between jobs.
+
+The slot holds one `PolicyTrainer` on its "device" and serves one job at a
+time (a Ray actor with one thread: calls are served in order). Switching job
+X in:
+- X is active already: nothing to do (a job running alone never switches);
+- the previous job's state is copied out to host memory if it is resident;
+- warm: X's weights and optimizer state are copied in from host memory;
+- cold: X's last checkpoint is read from disk (page cache dropped) and loaded;
+- fresh: X was never trained; its trainer is built from its model path.
+Every switch-in is timed and reported, the same job at the same sizes, so
+warm and cold times compare honestly.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from roll_agentic.config import AlgoConfig, TrainerConfig
+from roll_agentic.mux.residency import HostState, ResidencyStore, clone_tree, read_cold, tree_bytes
+from roll_agentic.train.checkpoint import latest_checkpoint, save_checkpoint
+from roll_agentic.train.trainer import PolicyTrainer, Sample
+
+
+@dataclass
+class SlotJob:
+    model_path: str
+    trainer: TrainerConfig
+    algo: AlgoConfig
+    temperature: float
+    ckpt_root: str
+    ref_model: torch.nn.Module | None = None  # KL reference: the job's own initial weights
+
+
+@dataclass(frozen=True)
+class SwitchRecord:
+    job: str
+    kind: str  # none | warm | cold | fresh
+    in_s: float  # loading the job's state onto the device
+    out_s: float  # copying the previous job's state to host memory
+    out_job: str = ""
+
+
+class TrainerSlot:
+    def __init__(self, name: str, budget_bytes: int, threads: int = 1):
+        torch.set_num_threads(max(1, threads))
+        self.name = name
+        self.store = ResidencyStore(budget_bytes)
+        self.jobs: dict[str, SlotJob] = {}
+        self.trainer: PolicyTrainer | None = None
+        self.active: str | None = None
+
+    def register(self, job: str, model_path: str, trainer: TrainerConfig, algo: AlgoConfig,
+                 temperature: float, ckpt_root: str) -> None:
+        self.jobs[job] = SlotJob(model_path, trainer, algo, temperature, ckpt_root)
+
+    # -- residency --------------------------------------------------------------------------
+    def reserve(self, job: str, nbytes: int) -> None:
+        self.store.reserve(job, nbytes)
+
+    def release(self, job: str) -> None:
+        """The job left (finished, failed, cancelled): its device and host state go."""
+        self.store.evict(job)
+        self.jobs.pop(job, None)
+        if self.active == job:
+            self.active = None
+
+    def info(self) -> dict:
+        return {"name": self.name, "active": self.active, "budget_bytes": self.store.budget_bytes,
+                "reserved_bytes": dict(self.store.reserved), "held_bytes": {j: s.nbytes for j, s in
+                                                                           self.store.states.items()}}
+
+    # -- switching ---------------------------------------------------------------------------
+    def _switch_out(self) -> tuple[float, str]:
+        job = self.active
+        if job is None or self.trainer is None:
+            return 0.0, ""
+        t0 = time.perf_counter()
+        if self.store.is_resident(job):
+            self.store.put(job, HostState(clone_tree(self.trainer.engine_state_dict()),
+                                          clone_tree(self.trainer.state())))
+        self.active = None
+        return time.perf_counter() - t0, job
+
+    def _load(self, job: str, state: HostState) -> None:
+        """Host state onto the device model (reused: same architecture, swapped contents)."""
+        spec = self.jobs[job]
+        tr = self.trainer
+        assert tr is not None
+        tr.cfg, tr.algo, tr.temperature = spec.trainer, spec.algo, spec.temperature
+        tr.ref_model = spec.ref_model
+        # A fresh optimizer over the same parameters; load_state_dict restores the
+        # job's own hyperparameters (lr, weight decay) with its moments.
+        tr.optimizer = torch.optim.AdamW(tr.model.parameters(), lr=spec.trainer.lr,
+                                         weight_decay=spec.trainer.weight_decay)
+        tr.load_state(state.trainer_state, state.weights)
+
+    def switch_in(self, job: str) -> SwitchRecord:
+        if self.active == job:
+            return SwitchRecord(job, "none", 0.0, 0.0)
+        out_s, out_job = self._switch_out()
+        spec = self.jobs[job]
+        t0 = time.perf_counter()
+        host = self.store.get(job)
+        ckpt = latest_checkpoint(spec.ckpt_root)
+        if host is not None and self.trainer is not None:
+            # Copied, not aliased: the device copy trains on while the host copy stays.
+            self._load(job, HostState(host.weights, clone_tree(host.trainer_state), host.nbytes))
+            kind = "warm"
+        elif ckpt is not None and self.trainer is not None:
+            state, _read_s = read_cold(Path(ckpt))
+            self._load(job, state)
+            kind = "cold"
+        else:
+            self.trainer = PolicyTrainer(spec.model_path, spec.trainer, spec.algo, spec.temperature)
+            if self.trainer.ref_model is not None:
+                spec.ref_model = self.trainer.ref_model
+            kind = "fresh"
+            if ckpt is not None:  # a brand-new slot but the job has trained before
+                state, _read_s = read_cold(Path(ckpt))
+                self._load(job, state)
+                kind = "cold"
+        self.active = job
+        return SwitchRecord(job, kind, time.perf_counter() - t0, out_s, out_job)
+
+    # -- the job's work ------------------------------------------------------------------------
+    def _active(self, job: str) -> PolicyTrainer:
+        if self.active != job or self.trainer is None:
+            raise RuntimeError(f"trainer slot {self.name}: job {job} is not switched in (active: {self.active})")
+        return self.trainer
+
+    def train(self, job: str, samples: list[Sample]) -> dict[str, float]:
+        return self._active(job).train_step(samples)
+
+    def write_weights(self, job: str, path: str) -> float:
+        """The write half of weight sync: the engines load this file at the job's next rollout."""
+        from safetensors.torch import save_file
+
+        t0 = time.perf_counter()
+        tmp = f"{path}.tmp-{os.getpid()}"
+        save_file(self._active(job).engine_state_dict(), tmp)
+        os.replace(tmp, path)
+        return time.perf_counter() - t0
+
+    def state_bytes(self, job: str) -> tuple[int, int]:
+        """(trainer state, engine weights) in bytes: what residency has to hold for the job."""
+        tr = self._active(job)
+        weights = tree_bytes(tr.engine_state_dict())
+        ref = sum(p.numel() * p.element_size() for p in tr.ref_model.parameters()) if tr.ref_model else 0
+        return weights + tree_bytes(tr.state()) + ref, weights
+
+    def checkpoint(self, job: str, version: int, run_state: dict, keep: int) -> str:
+        spec = self.jobs[job]
+        if self.active == job and self.trainer is not None:
+            weights, state = self.trainer.engine_state_dict(), self.trainer.state()
+        else:
+            host = self.store.get(job)
+            if host is None:
+                raise RuntimeError(f"trainer slot {self.name}: no state of job {job} to checkpoint")
+            weights, state = host.weights, host.trainer_state
+        return str(save_checkpoint(spec.ckpt_root, version, weights, state, run_state, keep=keep))
+
+    def park(self, job: str, version: int, run_state: dict, keep: int) -> str:
+        """Checkpoints a job that is not resident (profiled, not yet admitted) and drops it."""
+        path = self.checkpoint(job, version, run_state, keep)
+        self.store.states.pop(job, None)
+        if self.active == job:
+            self.active = None  # the device copy is now stale: the next job overwrites it
+        return path
+
+    def ping(self) -> bool:
+        return True

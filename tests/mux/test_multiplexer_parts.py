@@ -1,0 +1,198 @@
+"""The multiplexer's parts without Ray: permits, residency, admission, status, summary, trainer swaps."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from roll_agentic.config import AlgoConfig, Config, TrainerConfig
+from roll_agentic.mux import admission
+from roll_agentic.mux.job_state import JobRecord, JobState, format_status
+from roll_agentic.mux.mux_config import MuxConfig, load_mux_config, parse_jobs
+from roll_agentic.mux.phase_board import PhaseBoard
+from roll_agentic.mux.residency import HostState, ResidencyError, ResidencyStore
+from roll_agentic.mux.summary import build_summary
+from roll_agentic.train.trainer import Sample
+
+
+def _board() -> PhaseBoard:
+    b = PhaseBoard()
+    b.add_node("r", "rollout")
+    b.add_node("t", "train")
+    return b
+
+
+def test_phases_run_round_robin_in_fifo_order_and_overlap_across_pools():
+    async def main() -> list[tuple[str, str]]:
+        board, order = _board(), []
+
+        async def job(name: str) -> None:
+            for _ in range(2):
+                async with board.hold(name, "rollout", ["r"]):
+                    order.append((name, "rollout"))
+                    await asyncio.sleep(0.01)
+                async with board.hold(name, "train", ["t"]):
+                    order.append((name, "train"))
+                    await asyncio.sleep(0.01)
+
+        await asyncio.gather(job("a"), job("b"))
+        return order
+
+    order = asyncio.run(main())
+    rollouts = [j for j, k in order if k == "rollout"]
+    trains = [j for j, k in order if k == "train"]
+    assert rollouts == ["a", "b", "a", "b"] and trains == ["a", "b", "a", "b"]
+    # b's rollout runs while a trains: the pools are shared phase by phase
+    assert order.index(("b", "rollout")) < order.index(("a", "train")) + 2
+
+
+def test_a_cancelled_phase_releases_its_node_and_the_next_one_starts():
+    async def main() -> list[str]:
+        board, got = _board(), []
+
+        async def stuck() -> None:
+            async with board.hold("a", "rollout", ["r"]):
+                got.append("a")
+                await asyncio.sleep(60)
+
+        async def waiter() -> None:
+            async with board.hold("b", "rollout", ["r"]):
+                got.append("b")
+
+        ta = asyncio.create_task(stuck())
+        await asyncio.sleep(0.01)
+        tb = asyncio.create_task(waiter())
+        await asyncio.sleep(0.01)
+        assert board.snapshot()["r"]["waiting"] == ["b:rollout"]
+        ta.cancel()
+        await asyncio.wait_for(tb, 5)
+        return got
+
+    assert asyncio.run(main()) == ["a", "b"]
+
+
+def test_idle_held_nodes_do_not_count_as_busy():
+    async def main() -> dict[str, float]:
+        board = _board()
+        async with board.hold("a", "probe-rollout", ["r"], idle=["t"]):
+            await asyncio.sleep(0.05)
+        return board.busy_fraction(0.0, board.now())
+
+    busy = asyncio.run(main())
+    assert busy["rollout"] > 0.5 and busy["train"] == 0.0
+
+
+def test_residency_budget_is_enforced():
+    store = ResidencyStore(budget_bytes=1000)
+    store.reserve("a", 600)
+    with pytest.raises(ResidencyError, match="does not fit"):
+        store.reserve("b", 600)
+    store.put("a", HostState({"w": torch.zeros(10)}, {"step": 1}))
+    assert store.get("a") is not None
+    store.evict("a")
+    store.reserve("b", 600)
+    assert store.used_bytes == 600
+
+
+def _job_cfg(*, alpha: int = 0, kl: float = 0.0) -> Config:
+    cfg = Config()
+    cfg.algo.alpha, cfg.algo.kl_coef = alpha, kl
+    return cfg
+
+
+def test_refusals_name_their_reason(tiny_model_path):
+    m = MuxConfig(residency_budget_bytes=1 << 30)
+    assert admission.refusal(_job_cfg(), tiny_model_path, tiny_model_path, m) == ""
+    assert "algo.alpha" in admission.refusal(_job_cfg(alpha=1), tiny_model_path, tiny_model_path, m)
+    need = admission.estimated_state_bytes(tiny_model_path, _job_cfg())
+    small = MuxConfig(residency_budget_bytes=need - 1)
+    why = admission.refusal(_job_cfg(), tiny_model_path, tiny_model_path, small)
+    assert "exceeds the residency budget" in why and str(need - 1) in why
+    # a KL reference is one more copy of the weights to keep resident
+    assert admission.estimated_state_bytes(tiny_model_path, _job_cfg(kl=0.1)) == need * 4 // 3
+
+
+def test_mux_yaml_and_job_files_parse(tmp_path):
+    p = tmp_path / "m.yaml"
+    p.write_text("name: x\njobs:\n  - {name: a, slo: 1.2, overrides: [algo=sync]}\n")
+    m = load_mux_config(p)
+    assert m.jobs[0].name == "a" and m.jobs[0].slo == 1.2 and m.jobs[0].overrides == ["algo=sync"]
+    assert parse_jobs({"name": "b"})[0].name == "b"
+    p.write_text("name: x\nbogus: 1\n")
+    with pytest.raises(ValueError, match="bogus"):
+        load_mux_config(p)
+
+
+def test_status_lists_every_job_with_its_state_and_reason():
+    recs = [JobRecord("a", 1.5, 10, state=JobState.RUNNING, step=3, phase="train", group=0),
+            JobRecord("b", 2.0, 10, state=JobState.QUEUED, reason="group 0: SLO"),
+            JobRecord("c", 1.1, 10, state=JobState.REFUSED, reason="exceeds the residency budget")]
+    snap = {"name": "m", "run_dir": "d", "uptime_s": 1.0, "pool_busy_fraction": {"rollout": 0.5},
+            "nodes": {}, "groups": [{"group_id": 0, "nodes": ["rollout0", "train0"], "members": ["a"]}],
+            "jobs": [r.to_dict() for r in recs]}
+    text = format_status(snap)
+    for name, state in (("a", "running"), ("b", "queued"), ("c", "refused")):
+        assert any(line.strip().startswith(name) and state in line for line in text.splitlines())
+    assert "residency budget" in text and "group 0" in text
+
+
+def test_summary_compares_the_multiplexed_pass_with_the_solo_one():
+    def job(ends, warm=None, cold=None):
+        return {"slo": 1.5, "state": "done", "step_ends": ends, "profile": {"solo_iter_s": 1.0}, "run_dir": "/nonexistent",
+                "warm_switch_s": warm, "cold_switch_s": cold}
+
+    mux = {"start": 0.0, "end": 10.0, "pool_busy_fraction": {"rollout": 0.9, "train": 0.8},
+           "jobs": {"a": job([0, 1, 2, 3.2, 4.4, 5.6], 0.01, 0.1)}}
+    solo = {"start": 0.0, "end": 20.0, "pool_busy_fraction": {"rollout": 0.45, "train": 0.4},
+            "jobs": {"a": job([0, 1, 2, 3, 4, 5])}}
+    s = build_summary(mux, solo)
+    assert s["job_slowdown"]["a"] == pytest.approx(1.2)
+    assert s["job_slo_met"]["a"] is True
+    assert s["busy_ratio"] == {"rollout": pytest.approx(2.0), "train": pytest.approx(2.0)}
+    assert s["warm_vs_cold_speedup"]["a"] == pytest.approx(10.0)
+    for key in ("pool_busy_fraction", "solo_pool_busy_fraction", "job_slowdown", "job_slo", "warm_switch_s",
+                "cold_switch_s"):
+        assert key in s
+
+
+def _samples(seed: int) -> list[Sample]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(4):
+        ids = torch.randint(4, 500, (12,), generator=g).tolist()
+        out.append(Sample(ids, [0] * 6 + [1] * 6, [-1.0] * 12, 1.0 if i % 2 else -1.0))
+    return out
+
+
+def test_trainer_slot_swaps_jobs_warm_from_host_and_cold_from_disk(tiny_model_path, tmp_path):
+    from roll_agentic.mux.trainer_slot import TrainerSlot
+
+    slot = TrainerSlot("train0", budget_bytes=1 << 30)
+    tcfg = TrainerConfig(lr=1e-2)
+    for job in ("a", "b"):
+        slot.register(job, tiny_model_path, tcfg, AlgoConfig(alpha=0), 1.0, str(tmp_path / job))
+    assert slot.switch_in("a").kind == "fresh"
+    slot.train("a", _samples(0))
+    slot.reserve("a", slot.state_bytes("a")[0])
+    a_weights = {k: v.clone() for k, v in slot.trainer.engine_state_dict().items()}
+    a_moments = {k: v["exp_avg"].clone() for k, v in slot.trainer.optimizer.state_dict()["state"].items()}
+
+    assert slot.switch_in("b").kind == "fresh"  # a is copied out to host memory
+    slot.train("b", _samples(1))
+    slot.park("b", 1, {"buffer": {}}, keep=1)  # b is not resident: on disk only
+
+    rec = slot.switch_in("a")
+    assert rec.kind == "warm" and rec.out_job == ""  # b was parked, nothing to copy out
+    for k, v in slot.trainer.engine_state_dict().items():
+        assert torch.equal(v, a_weights[k])
+    for k, v in slot.trainer.optimizer.state_dict()["state"].items():
+        assert torch.equal(v["exp_avg"], a_moments[k])
+    slot.train("a", _samples(2))  # training the device copy leaves the host copy alone
+    assert torch.equal(slot.store.get("a").weights["model.norm.weight"], a_weights["model.norm.weight"])
+
+    assert slot.switch_in("b").kind == "cold"
+    assert slot.trainer.step == 1
+    slot.release("a")
+    assert not slot.store.is_resident("a")
