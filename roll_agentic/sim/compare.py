@@ -97,7 +97,11 @@ def _cost_per_work(result: SimResult) -> float:
 
 
 def optimality(
-    instances: int = 20, max_jobs: int = 8, seed: int = 0, spec: ClusterSpec | None = None
+    instances: int = 20,
+    max_jobs: int = 8,
+    seed: int = 0,
+    spec: ClusterSpec | None = None,
+    node_budget: int = 30_000,
 ) -> dict:
     """RollMux versus the brute-force optimum on small static instances.
 
@@ -122,7 +126,7 @@ def optimality(
             book.apply(planner.place(book.groups, j.profile), j.profile)
         # RollMux's own plan bounds the search from above: only better counts.
         rm_plan = plan_objective(book, spec)
-        sol = solve([j.profile for j in jobs], spec, upper_bound=rm_plan)
+        sol = solve([j.profile for j in jobs], spec, upper_bound=rm_plan, node_budget=node_budget)
         planned.append(rm_plan / sol.objective)
         complete = complete and sol.complete
         if sol.steps:
