@@ -33,6 +33,8 @@ class Ticket:
     seed: int
     group_size: int
     issued_version: int
+    keep: int = 0  # tail batching: the group is done after its first `keep` good episodes (0 = all)
+    round_id: int = -1  # tail batching: the round the group belongs to
 
 
 @dataclass

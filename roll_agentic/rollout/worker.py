@@ -62,7 +62,8 @@ class RolloutWorker:
         self._stop = False
         self._watched: dict[int, asyncio.Task] = {}  # engines this worker waits on to come back
         self.in_flight = 0
-        self.counters = {"stale_restarts": 0, "engine_failures": 0, "env_failures": 0, "episodes": 0}
+        self.counters = {"stale_restarts": 0, "engine_failures": 0, "env_failures": 0, "episodes": 0,
+                         "aborted_episodes": 0}
 
     # -- lifecycle -------------------------------------------------------------------------
     async def run(self) -> dict:
@@ -83,10 +84,42 @@ class RolloutWorker:
             ticket = await self.buffer.next_ticket.remote()
             if ticket is None:
                 return
-            # Each episode runs and is rewarded on its own; the group goes to the
-            # buffer in one call (it can only be trained once complete anyway).
-            trajs = await asyncio.gather(*(self._episode(ticket, i) for i in range(ticket.group_size)))
-            await self.buffer.put_many.remote(list(trajs))
+            if ticket.round_id >= 0:
+                trajs = await self._race_group(ticket)
+            else:
+                # Each episode runs and is rewarded on its own; the group goes to the
+                # buffer in one call (it can only be trained once complete anyway).
+                trajs = list(await asyncio.gather(*(self._episode(ticket, i) for i in range(ticket.group_size))))
+            await self.buffer.put_many.remote(trajs)
+
+    async def _race_group(self, ticket: Ticket) -> list[Trajectory]:
+        """Tail batching: keep the first `keep` good episodes; abort the rest, or all
+        of them when the round closes without this group."""
+        episodes = {asyncio.ensure_future(self._episode(ticket, i)) for i in range(ticket.group_size)}
+        closed = asyncio.ensure_future(self._round_closed(ticket.round_id))
+        kept: list[Trajectory] = []
+        good = 0
+        pending = set(episodes)
+        while pending and good < ticket.keep:
+            done, pending = await asyncio.wait(pending | {closed}, return_when=asyncio.FIRST_COMPLETED)
+            pending.discard(closed)
+            for fut in done:
+                if fut is closed:
+                    continue
+                traj = fut.result()
+                kept.append(traj)
+                good += traj.status == "ok"
+            if closed.done():
+                break
+        for fut in pending:
+            fut.cancel()  # each cancelled episode aborts its in-flight request
+        await asyncio.gather(*pending, return_exceptions=True)
+        closed.cancel()
+        self.counters["aborted_episodes"] += len(pending)
+        return kept
+
+    async def _round_closed(self, round_id: int) -> None:
+        await self.buffer.wait_round_closed.remote(round_id)
 
     # -- environments -------------------------------------------------------------------
     def _take_env(self, task: TaskConfig) -> Any:
@@ -215,7 +248,12 @@ class RolloutWorker:
                 break
             engine = await engine_for(len(conv.token_ids))
             t = time.perf_counter()
-            result = await engine.generate.remote(conv.token_ids, sampling, f"{traj_id}-a{attempt}-t{turn}", task.name)
+            request_id = f"{traj_id}-a{attempt}-t{turn}"
+            try:
+                result = await engine.generate.remote(conv.token_ids, sampling, request_id, task.name)
+            except asyncio.CancelledError:
+                engine.abort.remote(request_id)  # free the engine slot; cancelling our wait alone would not
+                raise
             llm_s = time.perf_counter() - t
             if traj.start_version < 0:
                 traj.start_version = result.weight_version

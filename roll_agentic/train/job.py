@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import math
 import os
 import time
 from dataclasses import asdict
@@ -41,6 +42,9 @@ def resolve_model_path(cfg: Config) -> str:
     from roll_agentic.model.tiny import ensure_tiny_model
 
     return str(ensure_tiny_model(cfg.model.tiny_dir).resolve())
+
+
+STREAM_FROM = 0.2  # start streaming gradients once this share of a round's groups is done
 
 
 def make_trainer(model_path: str, cfg: Config):
@@ -128,8 +132,14 @@ class TrainingJob:
         ray.get([e.ping.remote() for e in self.engines])
         self.router = ray.remote(num_cpus=0)(Router).remote(**router_kwargs(cfg))
         shares = [TaskShare(t.name, t.weight, t.group_size) for t in cfg.tasks]
-        self.buffer = ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
-            shares, cfg.algo.groups_per_step, cfg.algo.alpha, cfg.trainer.seed)
+        if cfg.rollout.mode == "tail_batching":
+            from roll_agentic.rollout.tail_batching import TailBatchingBuffer
+
+            self.buffer = ray.remote(num_cpus=0)(TailBatchingBuffer).remote(
+                shares, cfg.algo.groups_per_step, cfg.trainer.seed, cfg.rollout.eta)
+        else:
+            self.buffer = ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
+                shares, cfg.algo.groups_per_step, cfg.algo.alpha, cfg.trainer.seed)
         self.trainer = make_trainer(self.model_path, cfg)
         self.publisher = WeightPublisher(self.engines, self.run_name)
         self._maybe_resume()
@@ -174,12 +184,48 @@ class TrainingJob:
                                self.trainer.state(), {"buffer": state, "run_name": self.run_name},
                                keep=self.cfg.trainer.keep_checkpoints)
 
+    def stream_phase(self) -> tuple[list, dict[str, float]]:
+        """Tail batching's rollout with streamed gradients (RollPacker's stream trainer).
+
+        Once STREAM_FROM of the round's groups are complete, gradients of the
+        finished groups are computed while the rest still generate; the single
+        optimizer step waits for the whole round, so the update is the same
+        as computing it after the round (no sample is off-policy).
+        """
+        p0 = self.cfg.algo.groups_per_step
+        groups: list = []
+        held: list = []
+        streamed_s = 0.0
+        closed = False
+        while len(groups) < p0:
+            new, closed = ray.get(self.buffer.take_ready.remote(self.version))
+            groups += new
+            held += new
+            if len(groups) >= math.ceil(STREAM_FROM * p0) and len(groups) < p0:
+                t = time.perf_counter()
+                self.trainer.accumulate(samples_from_groups(held, self.cfg.algo.adv_eps))
+                streamed_s += time.perf_counter() - t
+                held = []
+        rollout_done = time.perf_counter()
+        if held:
+            self.trainer.accumulate(samples_from_groups(held, self.cfg.algo.adv_eps))
+        m = self.trainer.apply()
+        self.trainer.step += 1
+        m.update({"tail/streamed_grad_s": streamed_s, "tail/round_closed": float(closed),
+                  "tail/final_grad_s": time.perf_counter() - rollout_done})
+        return groups, m
+
     def step_once(self) -> dict[str, float]:
         t0 = time.perf_counter()
-        groups = self.rollout_phase()
-        t1 = time.perf_counter()
-        train_m = self.train_phase(groups)
-        t2 = time.perf_counter()
+        if self.cfg.rollout.mode == "tail_batching":
+            groups, train_m = self.stream_phase()
+            t1 = t2 = time.perf_counter()
+            t1 -= train_m["tail/final_grad_s"]
+        else:
+            groups = self.rollout_phase()
+            t1 = time.perf_counter()
+            train_m = self.train_phase(groups)
+            t2 = time.perf_counter()
         sync_m = self.sync_phase()
         t3 = time.perf_counter()
         engine_stats = collect_engine_stats(self.engines, self._last_engine_stats, self.engine_pools)

@@ -67,8 +67,14 @@ class TrainerWorker:
             torch.distributed.broadcast(p.data, src=0)
         return True
 
-    def train_step(self, samples: list[Sample], total_tokens: float) -> dict[str, float]:
-        return self.trainer.train_step(samples, total_tokens)
+    def train_step(self, samples: list[Sample]) -> dict[str, float]:
+        return self.trainer.train_step(samples)
+
+    def accumulate(self, samples: list[Sample]) -> None:
+        self.trainer.accumulate(samples)
+
+    def apply(self) -> dict[str, float]:
+        return self.trainer.apply()
 
     def engine_state_dict(self) -> dict[str, torch.Tensor]:
         return self.trainer.engine_state_dict()
@@ -99,12 +105,18 @@ class DataParallelTrainer:
         ray.get([w.init.remote(addr, port) for w in self.workers])
         self.step = 0
 
-    def train_step(self, samples: list[Sample], total_tokens: float | None = None) -> dict[str, float]:
-        total = total_tokens or float(sum(sum(s.loss_mask) for s in samples))
+    def train_step(self, samples: list[Sample]) -> dict[str, float]:
         shards = shard_samples(samples, len(self.workers))
-        metrics = ray.get([w.train_step.remote(s, max(total, 1.0)) for w, s in zip(self.workers, shards, strict=True)])
+        metrics = ray.get([w.train_step.remote(s) for w, s in zip(self.workers, shards, strict=True)])
         self.step += 1
         return metrics[0]  # all-reduced: identical on every rank
+
+    def accumulate(self, samples: list[Sample]) -> None:
+        shards = shard_samples(samples, len(self.workers))
+        ray.get([w.accumulate.remote(s) for w, s in zip(self.workers, shards, strict=True)])
+
+    def apply(self) -> dict[str, float]:
+        return ray.get([w.apply.remote() for w in self.workers])[0]
 
     def engine_state_dict(self) -> dict[str, torch.Tensor]:
         return ray.get(self.workers[0].engine_state_dict.remote())

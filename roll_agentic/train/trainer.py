@@ -1,13 +1,11 @@
 """The policy trainer: GRPO advantages, PPO-clip loss on generated tokens, AdamW.
 
-One `PolicyTrainer` per process. With several data-parallel workers
-(train/parallel.py) each holds a shard of the batch; every worker scales its
-loss by the token count of the *whole* batch, so summing gradients across
-workers gives exactly the single-process gradient.
-
-The step is split in two so that gradients can be streamed (RollPacker):
-`accumulate(samples, total_tokens)` may be called on parts of a batch as
-they finish, and `apply()` takes the one optimizer step at the end.
+One `PolicyTrainer` per process. The step is split in two so gradients can
+be streamed (RollPacker): `accumulate(samples)` adds the gradient of the
+samples' summed token losses, and may be called on parts of a batch as they
+finish; `apply()` divides by the token count of the whole batch (summed over
+data-parallel ranks), clips and takes the one optimizer step. Summing first
+and dividing once makes streamed, sharded and plain updates the same maths.
 """
 
 from __future__ import annotations
@@ -64,6 +62,7 @@ class PolicyTrainer:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.step = 0
         self._sums = self._zero_sums()
+        self._pending: list[Sample] = []
 
     @staticmethod
     def _zero_sums() -> dict[str, float]:
@@ -71,31 +70,45 @@ class PolicyTrainer:
                 "logprob_abs_diff": 0.0, "tokens": 0.0, "samples": 0.0}
 
     # -- one optimizer step, possibly streamed ---------------------------------------------
-    def accumulate(self, samples: list[Sample], total_tokens: float) -> None:
-        """Adds the gradient of `samples` scaled by 1/total_tokens (of the whole batch)."""
+    def accumulate(self, samples: list[Sample]) -> None:
+        """Adds the gradient of the *sum* of the samples' token losses.
+
+        Dividing by the batch's token count waits until `apply`, when the
+        count is known (streamed groups, data-parallel shards). Samples wait
+        until a full micro-batch is there, so a batch streamed in parts is cut
+        into exactly the micro-batches of the same batch given at once: the
+        streamed update is the plain update, not an approximation of it.
+        """
+        self._pending.extend(samples)
         mb = self.cfg.micro_batch_size
-        for i in range(0, len(samples), mb):
-            part = samples[i:i + mb]
-            ids = _pad([s.token_ids for s in part], 0).to(self.device)  # (B, T)
-            mask = _pad([s.loss_mask for s in part], 0).to(self.device)  # (B, T)
-            old = _pad([s.old_logprobs for s in part], 0.0).float().to(self.device)  # (B, T)
-            adv = torch.tensor([s.advantage for s in part], dtype=torch.float32, device=self.device)  # (B,)
-            attn = _pad([[1] * len(s.token_ids) for s in part], 0).to(self.device)
-            logits = self.model(input_ids=ids, attention_mask=attn).logits  # (B, T, V)
-            lp = token_logprobs(logits, ids, self.temperature)  # (B, T)
-            ref = None
-            if self.ref_model is not None:
-                with torch.no_grad():
-                    ref = token_logprobs(self.ref_model(input_ids=ids, attention_mask=attn).logits, ids, self.temperature)
-            sums = ppo_clip_loss_sum(lp, old, adv, mask, self.algo.clip_eps, ref, self.algo.kl_coef)
-            (sums.loss / total_tokens).backward()
-            for k in ("policy", "kl", "clipped", "ratio", "logprob_abs_diff", "tokens"):
-                self._sums[k] += getattr(sums, k)
-            self._sums["loss"] += float(sums.loss.detach())
-            self._sums["samples"] += len(part)
+        while len(self._pending) >= mb:
+            self._backward(self._pending[:mb])
+            del self._pending[:mb]
+
+    def _backward(self, part: list[Sample]) -> None:
+        ids = _pad([s.token_ids for s in part], 0).to(self.device)  # (B, T)
+        mask = _pad([s.loss_mask for s in part], 0).to(self.device)  # (B, T)
+        old = _pad([s.old_logprobs for s in part], 0.0).float().to(self.device)  # (B, T)
+        adv = torch.tensor([s.advantage for s in part], dtype=torch.float32, device=self.device)  # (B,)
+        attn = _pad([[1] * len(s.token_ids) for s in part], 0).to(self.device)
+        logits = self.model(input_ids=ids, attention_mask=attn).logits  # (B, T, V)
+        lp = token_logprobs(logits, ids, self.temperature)  # (B, T)
+        ref = None
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref = token_logprobs(self.ref_model(input_ids=ids, attention_mask=attn).logits, ids, self.temperature)
+        sums = ppo_clip_loss_sum(lp, old, adv, mask, self.algo.clip_eps, ref, self.algo.kl_coef)
+        sums.loss.backward()
+        for k in ("policy", "kl", "clipped", "ratio", "logprob_abs_diff", "tokens"):
+            self._sums[k] += getattr(sums, k)
+        self._sums["loss"] += float(sums.loss.detach())
+        self._sums["samples"] += len(part)
 
     def apply(self) -> dict[str, float]:
         """All-reduces gradients (when distributed), clips, steps; returns the step's metrics."""
+        if self._pending:
+            self._backward(self._pending)
+            self._pending = []
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             from roll_agentic.train.fsdp import is_sharded
 
@@ -107,6 +120,10 @@ class PolicyTrainer:
             t = torch.tensor([self._sums[k] for k in self._sums], dtype=torch.float64)
             torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
             self._sums = dict(zip(self._sums, t.tolist(), strict=True))
+        scale = 1.0 / max(self._sums["tokens"], 1.0)  # token-mean over the whole batch
+        for p in self.model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(scale)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
             grad_norm = grad_norm.full_tensor()
@@ -127,16 +144,11 @@ class PolicyTrainer:
         self._sums = self._zero_sums()
         return metrics
 
-    def train_step(self, samples: list[Sample], total_tokens: float | None = None) -> dict[str, float]:
-        """ppo_epochs passes over the batch, one optimizer step each; metrics of the first.
-
-        `total_tokens` is the generated-token count of the whole batch when this
-        process holds only a shard of it (data parallel).
-        """
-        total = total_tokens if total_tokens is not None else float(sum(sum(s.loss_mask) for s in samples))
+    def train_step(self, samples: list[Sample]) -> dict[str, float]:
+        """ppo_epochs passes over the batch, one optimizer step each; metrics of the first."""
         first: dict[str, float] = {}
-        for epoch in range(self.cfg.ppo_epochs):
-            self.accumulate(samples, max(total, 1.0))
+        for _epoch in range(self.cfg.ppo_epochs):
+            self.accumulate(samples)
             m = self.apply()
             first = first or m
         self.step += 1

@@ -46,3 +46,14 @@ def test_synchronous_mode_trains_only_on_policy_samples(tmp_path, tiny_model_pat
     assert all(r["rollout/staleness_max"] == 0 for r in rows)
     # every sampled token came from the weights being trained: the recomputed logprobs agree
     assert all(r["train/logprob_diff"] < 1e-3 for r in rows)
+
+
+def test_tail_batching_mode_streams_gradients_on_policy(tmp_path, tiny_model_path):
+    TrainingJob(_cfg(tmp_path, "rollout.mode=tail_batching", "algo.alpha=0", "trainer.total_steps=3")).run()
+    rows = [json.loads(line) for line in (tmp_path / "e2e" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert r["rollout/staleness_max"] == 0  # every sample from the weights it trains
+        assert r["train/logprob_diff"] < 1e-3
+        assert r["tail/rounds_short"] + r["tail/rounds_long"] >= r["step"]
+        assert r["train/samples"] == 2 * 4  # P0 groups x R0 responses, nothing more

@@ -1,0 +1,56 @@
+"""A task whose episodes have long-tailed lengths: most are short, a few are 25-30x longer.
+
+Stands in for reasoning or tool-use responses whose lengths RollPacker found
+long-tailed (the longest 25-32x the median). The number of turns of an
+episode is a prompt-level length (from the reset seed: some prompts are long)
+times a per-response factor (each reset of the same prompt differs), so both
+of tail batching's decisions matter: which prompts to defer, and which
+responses of a prompt to keep. Each turn the agent is asked for a digit; a
+reply with one is a valid move, and the reward is the share of valid moves.
+"""
+
+from __future__ import annotations
+
+import re
+
+import gymnasium as gym
+import numpy as np
+
+_DIGIT = re.compile(r"\d")
+
+
+class TailTurnsEnv(gym.Env):
+    def __init__(self, median_turns: float = 2.0, prompt_sigma: float = 1.2, response_sigma: float = 0.4,
+                 max_turns: int = 60):
+        self.median_turns, self.prompt_sigma, self.response_sigma = median_turns, prompt_sigma, response_sigma
+        self.max_turns = max_turns
+        self.observation_space = gym.spaces.Text(256)
+        self.action_space = gym.spaces.Text(256)
+        self._resets = 0
+        self.turns = 1
+        self.t = 0
+        self.valid = 0
+
+    def draw_turns(self, seed: int, response: int) -> int:
+        prompt_scale = np.exp(np.random.default_rng(seed).normal(0.0, self.prompt_sigma))
+        noise = np.exp(np.random.default_rng([seed, response]).normal(0.0, self.response_sigma))
+        return int(np.clip(round(self.median_turns * prompt_scale * noise), 1, self.max_turns))
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        response = int((options or {}).get("response", self._resets))
+        self._resets += 1
+        self.turns = self.draw_turns(int(seed or 0), response)
+        self.t = self.valid = 0
+        return "Step 1. Say a digit.", {"turns": self.turns}
+
+    def step(self, action: str):
+        self.t += 1
+        ok = bool(_DIGIT.search(action))
+        self.valid += ok
+        done = self.t >= self.turns
+        reward = self.valid / self.turns if done else 0.0
+        info = {"success": done and self.valid == self.turns}
+        if not ok:
+            info["invalid_action"] = True
+        return f"Step {self.t + 1}. Say a digit.", reward, done, False, info

@@ -1,0 +1,134 @@
+"""bench tail: tail batching vs plain synchronous rollout, and streamed vs plain updates.
+
+Same engine, same task (envs/tail_turns.py: episode lengths long-tailed,
+the longest about 25-30x the median), same P0 prompts x R0 responses per
+step, same run. Weights stay fixed, so only the rollout schedule differs:
+- sync: every step waits for all P0 x R0 episodes (alpha = 0);
+- tail: RollPacker's short rounds (eta x P0 prompts, eta x R0 responses,
+  first P0 prompts with R0 good responses kept) and long rounds (P0 queued
+  prompts, no over-provisioning).
+`tail_batching_speedup` = sync rollout s/step / tail rollout s/step.
+`stream_update_max_abs_diff`: one batch of groups from the tail run, updated
+once with gradients streamed group by group and once after the whole batch,
+from the same initial weights; the largest parameter difference.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import statistics
+import time
+
+import ray
+
+
+def _rollout_steps(buffer_cls, buffer_args, task, model_path, engine, steps: int, workers: int,
+                   groups_in_flight: int):
+    from roll_agentic.config import RewardConfig
+    from roll_agentic.engine.router import Router
+    from roll_agentic.rollout.worker import RolloutWorker
+
+    router = ray.remote(num_cpus=0)(Router).remote([("default", "any")], {task.name: "default"})
+    buffer = ray.remote(num_cpus=0)(buffer_cls).remote(*buffer_args)
+    actors = [ray.remote(num_cpus=0)(RolloutWorker).remote(
+        i, [task], model_path, [engine], router, buffer, 0, 1.0, 1.0, 4096, RewardConfig(mode="local"), "",
+        groups_in_flight, 60.0) for i in range(workers)]
+    runs = [w.run.remote() for w in actors]
+    p0 = buffer_args[1]
+    times, batches = [], []
+    ray.get(buffer.get_batch.remote(p0, 0))  # warm-up step, not measured: actor and engine start-up
+    for step in range(1, steps + 1):
+        t0 = time.perf_counter()
+        ray.get(buffer.advance.remote(step))
+        batch = ray.get(buffer.get_batch.remote(p0, 0))  # weights never change: version 0 throughout
+        times.append(time.perf_counter() - t0)
+        batches.append(batch)
+    metrics = ray.get(buffer.metrics.remote())
+    ray.get(buffer.stop.remote())
+    for w in actors:
+        ray.get(w.stop.remote())
+    ray.get(runs, timeout=120)
+    for a in [*actors, buffer, router]:
+        ray.kill(a)
+    return times, batches, metrics
+
+
+def stream_update_diff(model_path: str, groups: list) -> float:
+    import torch
+
+    from roll_agentic.config import AlgoConfig, TrainerConfig
+    from roll_agentic.train.trainer import PolicyTrainer, samples_from_groups
+
+    plain = PolicyTrainer(model_path, TrainerConfig(), AlgoConfig())
+    streamed = copy.deepcopy(plain)
+    plain.train_step(samples_from_groups(groups))
+    for g in groups:  # as the stream trainer does: each finished group as it comes
+        streamed.accumulate(samples_from_groups([g]))
+    streamed.apply()
+    return max((a - b).abs().max().item() for a, b in zip(plain.model.parameters(), streamed.model.parameters(),
+                                                         strict=True) if isinstance(a, torch.Tensor))
+
+
+def run(backend: str, prompts: int, responses: int, steps: int, eta: float, workers: int) -> dict:
+    from roll_agentic.cluster import init_ray
+    from roll_agentic.config import EngineConfig, RayConfig, TaskConfig
+    from roll_agentic.engine.factory import resolve_backend
+    from roll_agentic.engine.host import engine_actor_class
+    from roll_agentic.model.tiny import ensure_tiny_model
+    from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
+    from roll_agentic.rollout.tail_batching import TailBatchingBuffer
+
+    backend = resolve_backend(backend)
+    model_path = str(ensure_tiny_model(".cache/tiny-model").resolve())
+    started = init_ray(RayConfig())
+    try:
+        task = TaskConfig(name="tail", env_id="envs.tail_turns:TailTurnsEnv", max_turns=64, reward="env_return",
+                          group_size=responses, max_new_tokens=8)
+        engine = engine_actor_class(num_cpus=1).remote(backend, model_path, EngineConfig(max_batch=256,
+                                                                                        max_model_len=4096))
+        ray.get(engine.ping.remote())
+        share = [TaskShare("tail", 1.0, responses)]
+        in_flight = max(2, int(prompts * eta) // workers + 1)
+        sync_t, _, _ = _rollout_steps(TrajectoryBuffer, (share, prompts, 0, 0), task, model_path, engine, steps,
+                                      workers, in_flight)
+        tail_t, tail_batches, tail_m = _rollout_steps(TailBatchingBuffer, (share, prompts, 0, eta), task, model_path,
+                                                      engine, steps, workers, in_flight)
+        ray.get(engine.shutdown.remote())
+        lengths = [t.num_turns for b in tail_batches for g in b for t in g]
+        diff = stream_update_diff(model_path, tail_batches[-1])
+        sync_s, tail_s = statistics.fmean(sync_t), statistics.fmean(tail_t)
+        return {
+            "backend": backend, "prompts_per_step": prompts, "responses_per_prompt": responses, "steps": steps,
+            "eta": eta, "sync_rollout_s_per_step": round(sync_s, 3), "tail_rollout_s_per_step": round(tail_s, 3),
+            "sync_step_s": [round(x, 2) for x in sync_t], "tail_step_s": [round(x, 2) for x in tail_t],
+            "rounds_short": tail_m["tail/rounds_short"], "rounds_long": tail_m["tail/rounds_long"],
+            "aborted_prompts": tail_m["tail/aborted_prompts"], "long_queue_at_end": tail_m["tail/long_queue"],
+            "trained_turns_median": statistics.median(lengths), "trained_turns_max": max(lengths),
+            "tail_batching_speedup": round(sync_s / tail_s, 3),
+            "stream_update_max_abs_diff": diff,
+        }
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _main(args) -> int:
+    result = run(args.backend, args.prompts, args.responses, args.steps, args.eta, args.workers)
+    if not args.json:
+        for k, v in result.items():
+            print(f"{k:28s} {v}")
+    print(json.dumps(result))
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("tail", help="tail batching vs synchronous rollout; streamed vs plain update")
+    p.add_argument("--backend", default="hf", help="auto | vllm | hf")
+    p.add_argument("--prompts", type=int, default=8, help="P0: prompts per step")
+    p.add_argument("--responses", type=int, default=4, help="R0: responses per prompt")
+    p.add_argument("--steps", type=int, default=15, help="steps measured per mode")
+    p.add_argument("--eta", type=float, default=1.25, help="short-round over-provisioning")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--json", action="store_true", help="print only the JSON line")
+    p.set_defaults(func=_main)

@@ -1,0 +1,194 @@
+"""Tail batching (RollPacker, NSDI'26): synchronous rollout without waiting on the long tail.
+
+Rounds replace steps of the plain buffer (alpha is 0: every round uses the
+current weights only).
+- Short round: ceil(eta * P0) prompts, each with ceil(eta * R0) responses.
+  A prompt is done with its first R0 good responses; the round is done with
+  its first P0 done prompts. Every other prompt of the round is aborted and
+  queued as a long prompt: losing the race is the only length signal used.
+- Long round: once P0 prompts are queued, exactly P0 of them run with R0
+  responses each and no over-provisioning, and the round waits for all.
+For agentic tasks a prompt is a task instance (task, seed) and a response is
+one trajectory of it. The long queue is part of the checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import deque
+
+from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
+from roll_agentic.rollout.trajectory import Ticket, Trajectory
+
+
+class TailBatchingBuffer(TrajectoryBuffer):
+    def __init__(self, tasks: list[TaskShare], groups_per_step: int, seed: int = 0, eta: float = 1.25):
+        super().__init__(tasks, groups_per_step, alpha=0, seed=seed)
+        self.eta = eta
+        self.long_queue: deque[tuple[str, int]] = deque()
+        self.round_id = -1
+        self.round_kind = ""
+        self._round_tickets: deque[Ticket] = deque()
+        self._round_groups: set[str] = set()
+        self._round_done = 0
+        self._closed: dict[int, asyncio.Event] = {}
+        self._done_groups: set[str] = set()
+        self.tail = {"rounds_short": 0, "rounds_long": 0, "aborted_prompts": 0, "aborted_responses": 0,
+                     "extra_responses": 0}
+        self._start_round()
+
+    # -- rounds -----------------------------------------------------------------------------
+    def _start_round(self) -> None:
+        p0 = self.groups_per_step
+        self._done_groups.clear()
+        self.round_id += 1
+        self._round_done = 0
+        self._round_groups = set()
+        self._closed[self.round_id] = asyncio.Event()
+        if len(self.long_queue) >= p0:
+            self.round_kind = "long"
+            self.tail["rounds_long"] += 1
+            for _ in range(p0):
+                task, seed = self.long_queue.popleft()
+                r0 = self._group_size[task]
+                self._round_tickets.append(Ticket("", task, seed, r0, self.state.version, r0, self.round_id))
+        else:
+            self.round_kind = "short"
+            self.tail["rounds_short"] += 1
+            for _ in range(math.ceil(self.eta * p0)):
+                if self._requeued:  # prompts of a round cut short by a resume come first
+                    t = self._requeued.popleft()
+                    task, seed = t.task, t.seed
+                else:
+                    task, seed = self._pick_task().name, self.rng.randrange(2**31)
+                r0 = self._group_size[task]
+                self._round_tickets.append(Ticket("", task, seed, math.ceil(self.eta * r0), self.state.version,
+                                                  r0, self.round_id))
+
+    def _close_round(self) -> None:
+        for gid in list(self._round_groups):  # still running: abort and queue as long prompts
+            ticket = self._tickets.pop(gid)
+            self._open.pop(gid, None)
+            self._outstanding -= 1
+            self.long_queue.append((ticket.task, ticket.seed))
+            self.tail["aborted_prompts"] += 1
+        self._round_groups.clear()
+        self._round_tickets.clear()
+        self._closed[self.round_id].set()
+
+    async def wait_round_closed(self, round_id: int) -> None:
+        event = self._closed.get(round_id)
+        if event is not None:
+            await event.wait()
+
+    # -- overrides of the plain buffer ---------------------------------------------------------
+    async def next_ticket(self) -> Ticket | None:
+        async with self._cond:
+            await self._cond.wait_for(lambda: self._stopped or bool(self._round_tickets))
+            if self._stopped:
+                return None
+            t = self._round_tickets.popleft()
+            ticket = Ticket(f"g{self.state.next_group}", t.task, t.seed, t.group_size, self.state.version,
+                            t.keep, t.round_id)
+            self.state.next_group += 1
+            self._tickets[ticket.group_id] = ticket
+            self._open[ticket.group_id] = []
+            self._round_groups.add(ticket.group_id)
+            self._outstanding += 1
+            self.counters.tickets_issued += 1
+            return ticket
+
+    def _accept(self, traj: Trajectory) -> None:
+        self.counters.trajectories_received += 1
+        members = self._open.get(traj.group_id)
+        if members is None:  # its prompt already finished, or was aborted with its round
+            self.tail["extra_responses" if traj.group_id in self._done_groups else "aborted_responses"] += 1
+            self.counters.trajectories_dropped += 1
+            return
+        ticket = self._tickets[traj.group_id]
+        ok = [t for t in members if t.status == "ok"]
+        if traj.status != "ok":
+            self.counters.trajectories_failed += 1
+            self.counters.trajectories_dropped += 1
+            self.last_error = f"{traj.status}: {traj.error}"[:500]
+            return
+        if len(ok) >= ticket.keep:  # a response that lost the race within its prompt
+            self.tail["extra_responses"] += 1
+            self.counters.trajectories_dropped += 1
+            return
+        members.append(traj)
+        if len(members) < ticket.keep:
+            return
+        del self._open[traj.group_id]
+        del self._tickets[traj.group_id]
+        self._round_groups.discard(traj.group_id)
+        self._outstanding -= 1
+        self._ready.append(members)
+        self._done_groups.add(traj.group_id)
+        self.counters.groups_completed += 1
+        self._round_done += 1
+        if self._round_done >= self.groups_per_step:
+            self._close_round()
+
+    async def put_many(self, trajs: list[Trajectory]) -> None:
+        """A worker hands in each group once: its first good episodes, or all it got."""
+        async with self._cond:
+            for traj in trajs:
+                self._accept(traj)
+            for gid in {t.group_id for t in trajs}:
+                if gid in self._open:  # came back without enough good episodes: roll it again
+                    ticket = self._tickets.pop(gid)
+                    del self._open[gid]
+                    self._round_groups.discard(gid)
+                    self._outstanding -= 1
+                    self.counters.groups_dropped_failed += 1
+                    self._round_tickets.append(Ticket("", ticket.task, ticket.seed, ticket.group_size,
+                                                      ticket.issued_version, ticket.keep, ticket.round_id))
+            self._cond.notify_all()
+
+    async def get_batch(self, num_groups: int, version: int) -> list[list[Trajectory]]:
+        async with self._cond:
+            await self._cond.wait_for(lambda: self._stopped or len(self._ready) >= num_groups)
+            batch = [self._ready.popleft() for _ in range(min(num_groups, len(self._ready)))]
+            self.counters.trajectories_trained += sum(len(g) for g in batch)
+            return batch
+
+    async def take_ready(self, version: int) -> tuple[list[list[Trajectory]], bool]:
+        """Streaming: the groups completed so far (waits for at least one new one)."""
+        async with self._cond:
+            await self._cond.wait_for(lambda: self._stopped or bool(self._ready))
+            batch = list(self._ready)
+            self._ready.clear()
+            self.counters.trajectories_trained += sum(len(g) for g in batch)
+            return batch, self._closed[self.round_id].is_set()
+
+    async def advance(self, version: int) -> None:
+        async with self._cond:
+            self.state.version = version
+            self.state.steps_taken += 1
+            self._start_round()
+            self._cond.notify_all()
+
+    def export_state(self) -> dict:
+        state = super().export_state()
+        # Prompts of the running round (issued or not) are re-issued first on resume.
+        state["requeued"] += [{"task": t.task, "seed": t.seed, "group_size": self._group_size[t.task]}
+                              for t in self._round_tickets]
+        state["long_queue"] = [list(x) for x in self.long_queue]
+        return state
+
+    def import_state(self, state: dict) -> None:
+        super().import_state(state)
+        self.long_queue = deque(tuple(x) for x in state.get("long_queue", []))
+        self._round_tickets.clear()  # the round built at construction is replaced
+        self.tail["rounds_short" if self.round_kind == "short" else "rounds_long"] -= 1
+        self.round_id -= 1
+        self._start_round()
+
+    def metrics(self) -> dict[str, float]:
+        m = super().metrics()
+        m.update({f"tail/{k}": float(v) for k, v in self.tail.items()})
+        m["tail/long_queue"] = float(len(self.long_queue))
+        m["tail/round_is_long"] = float(self.round_kind == "long")
+        return m

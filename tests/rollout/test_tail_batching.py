@@ -1,0 +1,80 @@
+import asyncio
+import math
+
+from roll_agentic.rollout.buffer import TaskShare
+from roll_agentic.rollout.tail_batching import TailBatchingBuffer
+from roll_agentic.rollout.trajectory import Trajectory
+
+
+def _traj(ticket, i, status="ok"):
+    return Trajectory(f"{ticket.group_id}-{i}", ticket.group_id, ticket.task, ticket.seed, 0,
+                      token_ids=[1, 2], loss_mask=[0, 1], logprobs=[0.0, -1.0], reward=float(i % 2), status=status)
+
+
+async def _drain_tickets(buf):
+    out = []
+    while buf._round_tickets:
+        out.append(await buf.next_ticket())
+    return out
+
+
+def test_short_round_overprovisions_keeps_first_p0_and_queues_the_rest():
+    async def main():
+        buf = TailBatchingBuffer([TaskShare("a", 1.0, 4)], groups_per_step=4, eta=1.25)
+        tickets = await _drain_tickets(buf)
+        assert len(tickets) == math.ceil(1.25 * 4) == 5
+        assert all(t.group_size == 5 and t.keep == 4 and t.round_id == 0 for t in tickets)
+        for t in tickets[:4]:  # four prompts finish first, each with its first 4 responses
+            await buf.put_many([_traj(t, i) for i in range(4)])
+        batch = await buf.get_batch(4, 0)
+        assert [g[0].seed for g in batch] == [t.seed for t in tickets[:4]]
+        assert all(len(g) == 4 for g in batch)
+        assert buf.long_queue == [(tickets[4].task, tickets[4].seed)] or list(buf.long_queue) == [
+            (tickets[4].task, tickets[4].seed)]
+        assert buf._closed[0].is_set()  # workers abort the losing prompt's episodes
+        await buf.put_many([_traj(tickets[4], 0)])  # late episode of the aborted prompt
+        assert buf.tail["aborted_prompts"] == 1 and buf.tail["aborted_responses"] == 1
+    asyncio.run(main())
+
+
+def test_long_round_runs_exactly_p0_queued_prompts_without_overprovisioning():
+    async def main():
+        buf = TailBatchingBuffer([TaskShare("a", 1.0, 2)], groups_per_step=2, eta=1.5)
+        for step in range(1, 10):
+            tickets = await _drain_tickets(buf)
+            if buf.round_kind == "long":
+                assert len(tickets) == 2 and all(t.group_size == 2 and t.keep == 2 for t in tickets)
+                assert {t.seed for t in tickets} <= queued
+                return
+            queued = {s for _, s in buf.long_queue}
+            for t in tickets[:2]:
+                await buf.put_many([_traj(t, i) for i in range(2)])
+            await buf.get_batch(2, 0)
+            queued |= {s for _, s in buf.long_queue}
+            await buf.advance(step)
+        raise AssertionError("no long round started")
+    asyncio.run(main())
+
+
+def test_extra_responses_beyond_r0_are_not_trained():
+    async def main():
+        buf = TailBatchingBuffer([TaskShare("a", 1.0, 2)], groups_per_step=1, eta=2.0)
+        [t, *_] = await _drain_tickets(buf)
+        await buf.put_many([_traj(t, i) for i in range(3)])  # three came back, R0 = 2
+        [group] = await buf.get_batch(1, 0)
+        assert len(group) == 2 and buf.tail["extra_responses"] == 1
+    asyncio.run(main())
+
+
+def test_long_queue_survives_a_checkpoint():
+    async def main():
+        buf = TailBatchingBuffer([TaskShare("a", 1.0, 2)], groups_per_step=2, eta=1.5, seed=4)
+        tickets = await _drain_tickets(buf)
+        for t in tickets[:2]:
+            await buf.put_many([_traj(t, i) for i in range(2)])
+        await buf.get_batch(2, 0)
+        state = buf.export_state()
+        clone = TailBatchingBuffer([TaskShare("a", 1.0, 2)], groups_per_step=2, eta=1.5, seed=99)
+        clone.import_state(state)
+        assert list(clone.long_queue) == list(buf.long_queue) and clone.long_queue
+    asyncio.run(main())
