@@ -62,7 +62,7 @@ def _job_config(workdir: Path, name: str, reward_mode: str, steps: int, endpoint
 
     over = [f"output_dir={workdir}", f"run_name={name}", "engine=hf", f"reward={reward_mode}",
             f"trainer.total_steps={steps}", "algo.groups_per_step=2", "rollout.num_workers=1",
-            "rollout.groups_in_flight=3", "rollout.env_step_timeout_s=1.0", "reward.timeout_s=1.0",
+            "rollout.groups_in_flight=3", "rollout.env_step_timeout_s=3.0", "reward.timeout_s=3.0",
             "reward.max_retries=8", "telemetry.progress=false", "telemetry.tensorboard=false",
             "telemetry.plots=false", "ray.num_cpus=8"]
     if endpoint:
@@ -99,6 +99,27 @@ def drain_and_count(job, group_size: int, timeout_s: float = 180.0) -> dict:
             "engine_failures": sum(w["engine_failures"] for w in workers)}
 
 
+def _start_ray(env: dict[str, str]) -> None:
+    import logging
+
+    import ray
+
+    from roll_agentic.cluster import LOCAL_LOGICAL_CPUS, QUIET_ENV, loopback_environment
+
+    _stop_ray()
+    loopback_environment()
+    ray.init(address="local", num_cpus=LOCAL_LOGICAL_CPUS, include_dashboard=False, _node_ip_address="127.0.0.1",
+             runtime_env={"env_vars": dict(QUIET_ENV, PYTHONWARNINGS="ignore", **env)},
+             logging_level=logging.WARNING, configure_logging=True)
+
+
+def _stop_ray() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
 def _functions_listed(endpoint: str, prefix: str) -> list[str]:
     from serverless.deploy import lambda_client
 
@@ -118,13 +139,14 @@ def fault_run(workdir: Path, name: str, reward_mode: str, spec: str, steps: int 
 
     record = workdir / f"{name}-faults"
     env = {faults.ENV_SPEC: spec, faults.ENV_SEED: str(seed), faults.ENV_DIR: str(record),
-           faults.ENV_HANG_S: "2.0"}
+           faults.ENV_HANG_S: "5.0"}  # past both timeouts, even on a loaded machine
     saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # before Ray starts: its workers (env, engine actors) inherit it
+    os.environ.update(env)  # the emulator and its workers inherit it
     faults.reset(spec, seed, str(record))
     svc, endpoint, extra = None, "", {"injected": 0, "survived": 0}
     out: dict = {"name": name, "completed": False, "error": ""}
     try:
+        _start_ray(env)  # Ray's workers get it explicitly, not by inheritance from whatever raylet runs
         if reward_mode == "serverless":
             port, state = _free_port(), workdir / f"{name}-emulator"
             svc = LocalServerless(extra_args=("--port", str(port)))
@@ -157,6 +179,7 @@ def fault_run(workdir: Path, name: str, reward_mode: str, spec: str, steps: int 
             else:
                 os.environ[k] = v
         faults.reset()
+        _stop_ray()
     injected = faults.read_injected(record)
     out["faults"] = dict(Counter(f["kind"] for f in injected))
     if extra["injected"]:
