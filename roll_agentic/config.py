@@ -102,7 +102,7 @@ class RolloutConfig:
 
 @dataclass
 class TrainerConfig:
-    total_steps: int = 30
+    total_steps: int = 80
     lr: float = 1e-2
     weight_decay: float = 0.0
     max_grad_norm: float = 0.5

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -74,6 +75,8 @@ class TrajectoryBuffer:
         # episode (a reward endpoint down, an env that always raises): stop with
         # the cause instead of re-rolling forever.
         self.max_failed_in_a_row = max(16, 4 * groups_per_step)
+        self.max_failing_s = 300.0  # ... and for this long: a restarting engine or emulator is not broken
+        self._last_success = time.monotonic()
 
     # -- ticket stream ----------------------------------------------------------------
     def _quota(self) -> int:
@@ -155,6 +158,7 @@ class TrajectoryBuffer:
             self._ready.append(ok)
             self.counters.groups_completed += 1
             self._failed_in_a_row = 0
+            self._last_success = time.monotonic()
 
     # -- groups out ----------------------------------------------------------------------
     def _drop_stale(self, version: int) -> None:
@@ -174,7 +178,8 @@ class TrajectoryBuffer:
         """The next `num_groups` complete groups, none staler than alpha at `version`."""
         async with self._cond:
             while True:
-                if self._failed_in_a_row >= self.max_failed_in_a_row:
+                if (self._failed_in_a_row >= self.max_failed_in_a_row
+                        and time.monotonic() - self._last_success > self.max_failing_s):
                     raise RuntimeError(f"{self._failed_in_a_row} groups in a row failed (every episode in them "
                                        f"lost); last error: {self.last_error}")
                 self._drop_stale(version)

@@ -40,13 +40,13 @@ def test_short_round_overprovisions_keeps_first_p0_and_queues_the_rest():
 def test_long_round_runs_exactly_p0_queued_prompts_without_overprovisioning():
     async def main():
         buf = TailBatchingBuffer([TaskShare("a", 1.0, 2)], groups_per_step=2, eta=1.5)
+        queued: set[int] = set()
         for step in range(1, 10):
             tickets = await _drain_tickets(buf)
             if buf.round_kind == "long":
                 assert len(tickets) == 2 and all(t.group_size == 2 and t.keep == 2 for t in tickets)
                 assert {t.seed for t in tickets} <= queued
                 return
-            queued = {s for _, s in buf.long_queue}
             for t in tickets[:2]:
                 await buf.put_many([_traj(t, i) for i in range(2)])
             await buf.get_batch(2, 0)
