@@ -70,6 +70,7 @@ class JobRunner:
         self._phase: dict[str, float] = {}  # this step's phase timings
         self._groups: list = []
         self._log = None
+        self._probing = False  # the probe holds both pools itself: its phases take no permits
 
     # -- set-up ----------------------------------------------------------------------------
     async def setup(self, model_path: str, train_node: str, rollout_nodes: list[str]) -> None:
@@ -82,13 +83,11 @@ class JobRunner:
         (self.run_dir / "config.json").write_text(_json(asdict(cfg)))
         self.reward_service, self.reward_endpoint = await asyncio.to_thread(start_rewards, cfg, self.run_dir)
         self.router = ray.remote(num_cpus=0)(Router).remote(**router_kwargs(cfg))
-        shares = [TaskShare(t.name, t.weight, t.group_size) for t in cfg.tasks]
-        self.buffer = ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
-            shares, cfg.algo.groups_per_step, cfg.algo.alpha, cfg.trainer.seed)
+        self.buffer = self._new_buffer()
         self._log = MetricsLog(self.run_dir, cfg.telemetry.tensorboard)
         await asyncio.gather(*(s.register.remote(self.name, model_path, cfg.trainer, cfg.algo, cfg.engine.temperature,
                                                  str(self.run_dir / "checkpoints")) for s in self.slots.values()))
-        self._ensure_workers(rollout_nodes)
+        self._spawn_workers(rollout_nodes)
         # Workers ready before the probe: their start-up is not a rollout phase.
         await asyncio.gather(*(w.stats.remote() for w in self.workers))
 
@@ -101,18 +100,36 @@ class JobRunner:
     def _weights_path(self, version: int) -> str:
         return str(self.weights_dir / f"weights_v{version}.safetensors") if version else self._initial_weights()
 
-    def _ensure_workers(self, nodes: list[str]) -> list:
-        """Workers over the engines of `nodes`: rebuilt if placement moved the job."""
+    def _engines(self, nodes: list[str]) -> list:
+        return [e for n in nodes for e in self.engines_by_node[n]]
+
+    def _spawn_workers(self, nodes: list[str]) -> None:
         from roll_agentic.train.job import spawn_rollout_workers
 
-        engines = [e for n in nodes for e in self.engines_by_node[n]]
-        if nodes != self.worker_engines:
-            self._kill_workers()
-            self.workers = spawn_rollout_workers(self.cfg, self.model_path, engines, self.router, self.buffer,
-                                                 self.reward_endpoint)
-            self.worker_runs = []
-            self.worker_engines = list(nodes)
-        return engines
+        self.workers = spawn_rollout_workers(self.cfg, self.model_path, self._engines(nodes), self.router,
+                                             self.buffer, self.reward_endpoint)
+        self.worker_runs, self.worker_engines = [], list(nodes)
+
+    async def _move_workers(self, nodes: list[str]) -> None:
+        """Placement pinned the job to other rollout nodes than its probe's: new workers there.
+
+        Runs under the rollout permit, weights loaded. The buffer is rebuilt from its
+        checkpoint state too: a killed worker's pending ticket request would otherwise
+        be granted a ticket nobody rolls out.
+        """
+        state = (await self._run_state())["buffer"]
+        self._kill_workers()
+        with contextlib.suppress(Exception):
+            ray.kill(self.buffer)
+        self.buffer = self._new_buffer()
+        await self.buffer.import_state.remote(state)  # this step's tickets open now
+        self._spawn_workers(nodes)
+        self.worker_runs = [w.run.remote() for w in self.workers]
+
+    def _new_buffer(self):
+        shares = [TaskShare(t.name, t.weight, t.group_size) for t in self.cfg.tasks]
+        return ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
+            shares, self.cfg.algo.groups_per_step, self.cfg.algo.alpha, self.cfg.trainer.seed)
 
     def _kill_workers(self) -> None:
         for w in self.workers:
@@ -151,12 +168,17 @@ class JobRunner:
                 w.cancel()
             batch.cancel()
 
-    async def rollout(self, nodes: list[str], probe: bool = False, idle: tuple[str, ...] = ()) -> None:
-        engines = self._ensure_workers(nodes)
+    def _hold(self, kind: str, nodes: list[str]):
+        if self._probing:
+            return contextlib.nullcontext(0.0)
+        return self.board.hold(self.name, kind, nodes)
+
+    async def rollout(self, nodes: list[str], probe: bool = False) -> None:
+        engines = self._engines(nodes)
         kind = "probe-rollout" if probe else "rollout"
         self.record.phase = f"waiting {kind}"
         step_t0 = time.perf_counter()
-        async with self.board.hold(self.name, kind, nodes, idle) as wait_s:
+        async with self._hold(kind, nodes) as wait_s:
             self.record.phase = kind
             t0 = time.perf_counter()
             try:
@@ -167,7 +189,9 @@ class JobRunner:
                 load_s = time.perf_counter() - t0
                 if any(v != self.version for v in versions):
                     raise JobFailed(f"engines serve versions {versions}, expected {self.version}")
-                if not self.worker_runs:  # the first step's tickets are open from the start
+                if nodes != self.worker_engines:
+                    await self._move_workers(nodes)
+                elif not self.worker_runs:  # the first step's tickets are open from the start
                     self.worker_runs = [w.run.remote() for w in self.workers]
                 else:
                     await self.buffer.advance.remote(self.version)
@@ -190,12 +214,12 @@ class JobRunner:
                        "load_s": load_s}
         self._stats = (before, after)
 
-    async def train(self, node: str, probe: bool = False, park: bool = False, idle: tuple[str, ...] = ()) -> dict:
+    async def train(self, node: str, probe: bool = False, park: bool = False) -> dict:
         """One optimizer step under the trainer permit; returns the switch record."""
         kind = "probe-train" if probe else "train"
         slot = self.slots[node]
         self.record.phase = f"waiting {kind}"
-        async with self.board.hold(self.name, kind, [node], idle) as wait_s:
+        async with self._hold(kind, [node]) as wait_s:
             self.record.phase = kind
             t0 = time.perf_counter()
             switch = await slot.switch_in.remote(self.name)
@@ -263,12 +287,19 @@ class JobRunner:
         until admitted, so its first admitted switch-in is cold.
         """
         steps = max(1, min(steps, self.cfg.trainer.total_steps))
-        for i in range(steps):
-            # Each probe phase holds the other pool too, idle: the profile is of the job
-            # alone, not of the job next to whatever else runs on this machine's cores.
-            await self.rollout(rollout_nodes, probe=True, idle=(train_node,))
-            await self.train(train_node, probe=True, park=i == steps - 1, idle=tuple(rollout_nodes))
-            await self.sync()
+        # The probe holds both pools for all its iterations: the profile is of the job alone
+        # (not of it next to whatever else shares this machine's cores), and its state, not
+        # yet resident, is never switched out before it is parked.
+        self.record.phase = "waiting probe"
+        async with self.board.hold(self.name, "probe", [], idle=[*rollout_nodes, train_node]):
+            self._probing = True
+            try:
+                for i in range(steps):
+                    await self.rollout(rollout_nodes, probe=True)
+                    await self.train(train_node, probe=True, park=i == steps - 1)
+                    await self.sync()
+            finally:
+                self._probing = False
         p = self._phase
         prof = self.record.profile
         # Switch-ins are the policy's warm_switch_s, not phase time: only the step counts.
@@ -289,6 +320,8 @@ class JobRunner:
                 else:
                     await self.sync()
                 finished = kind
+        if finished is PhaseKind.TRAIN:  # the last step's metrics
+            await self.sync()
         self.record.phase = ""
 
     async def close(self) -> None:
