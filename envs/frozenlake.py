@@ -18,7 +18,7 @@ from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 MOVES = ("left", "down", "right", "up")  # FrozenLake-v1's action order
 _MOVE_RE = re.compile(r"\b(left|down|right|up)\b", re.IGNORECASE)
 FIXED_MAPS = {
-    3: ["SFF", "FHF", "FFG"],
+    3: ["SFH", "FFF", "FFG"],
     4: ["SFFF", "FHFH", "FFFH", "HFFG"],
 }
 

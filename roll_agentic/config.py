@@ -148,7 +148,7 @@ def _default_tasks() -> list[TaskConfig]:
             name="frozenlake",
             env_id="envs.frozenlake:FrozenLakeText",
             env_kwargs={"size": 3},
-            max_turns=6,
+            max_turns=8,
             reward="frozenlake",
             group_size=8,
             max_new_tokens=4,

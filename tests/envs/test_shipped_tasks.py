@@ -5,18 +5,18 @@ from envs.guess_number import GuessNumber
 def test_frozenlake_reaches_goal_on_the_fixed_map():
     env = FrozenLakeText(size=3)
     obs, _ = env.reset(seed=1)
-    assert obs.startswith("P . .")
-    for move in ["right", "right", "down"]:
+    assert obs.startswith("P . H")
+    for move in ["down", "down", "right"]:
         _, reward, terminated, _, info = env.step(move)
-    _, reward, terminated, _, info = env.step("down")
+    _, reward, terminated, _, info = env.step("right")
     assert terminated and reward == 1.0 and info["success"]
 
 
 def test_frozenlake_hole_ends_without_success():
     env = FrozenLakeText(size=3)
     env.reset(seed=0)
-    env.step("down")
-    _, reward, terminated, _, info = env.step("right")  # (1,1) is the hole
+    env.step("right")
+    _, reward, terminated, _, info = env.step("right")  # (0,2) is the hole
     assert terminated and reward == 0.0 and not info["success"]
 
 
