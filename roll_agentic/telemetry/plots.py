@@ -10,40 +10,33 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def reward_curve(rows: list[dict], tasks: list[str], out: Path) -> Path:
+def _lines(rows: list[dict], series: dict[str, str], ylabel: str, title: str, out: Path,
+           ylim: tuple[float, float] | None = None, **style) -> Path:
+    """One line per metrics key (label -> key) over training steps."""
     fig, ax = plt.subplots(figsize=(7, 4))
-    for task in tasks:
-        key = f"reward/{task}/mean"
+    for label, key in series.items():
         pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
         if pts:
             xs, ys = zip(*pts, strict=True)
-            ax.plot(xs, ys, marker="o", markersize=3, label=task)
+            ax.plot(xs, ys, label=label, **style)
     ax.set_xlabel("training step")
-    ax.set_ylabel("mean reward")
-    ax.set_title("Reward per task")
+    ax.set_ylabel(ylabel)
+    if ylim:
+        ax.set_ylim(*ylim)
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+def reward_curve(rows: list[dict], tasks: list[str], out: Path) -> Path:
+    return _lines(rows, {t: f"reward/{t}/mean" for t in tasks}, "mean reward", "Reward per task", out,
+                  marker="o", markersize=3)
 
 
 def pool_busy(rows: list[dict], pools: list[str], out: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for pool in pools:
-        key = f"pool/{pool}/busy_fraction"
-        pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
-        if pts:
-            xs, ys = zip(*pts, strict=True)
-            ax.plot(xs, ys, label=pool)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("busy fraction")
-    ax.set_ylim(0, 1.05)
-    ax.set_title("Engine pool busy fraction")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return _lines(rows, {p: f"pool/{p}/busy_fraction" for p in pools}, "busy fraction",
+                  "Engine pool busy fraction", out, ylim=(0, 1.05))
