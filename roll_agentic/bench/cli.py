@@ -7,6 +7,7 @@ prints a JSON object on its last line.
 from __future__ import annotations
 
 import importlib
+import json
 
 BENCHMARKS = ["engine", "rollout", "serverless", "tail", "reliability"]
 
@@ -20,3 +21,12 @@ def add_parser(subparsers) -> None:
         except ImportError:
             continue  # not built yet in this checkout
         module.add_parser(sub)
+
+
+def report(result: dict, json_only: bool) -> int:
+    """A readable table unless --json, then the JSON object as the last line."""
+    if not json_only:
+        for k, v in result.items():
+            print(f"{k:28s} {v}")
+    print(json.dumps(result))
+    return 0

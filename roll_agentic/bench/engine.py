@@ -12,7 +12,6 @@ measured `--repeats` times, alternating, and the best of each is kept.
 
 from __future__ import annotations
 
-import json
 import time
 
 import ray
@@ -86,12 +85,9 @@ def run(backend: str, episodes: int, max_tokens: int, group_size: int, workers: 
 
 
 def _main(args) -> int:
-    result = run(args.backend, args.episodes, args.max_tokens, args.group_size, args.workers, args.repeats)
-    if not args.json:
-        for k, v in result.items():
-            print(f"{k:28s} {v}")
-    print(json.dumps(result))
-    return 0
+    from roll_agentic.bench.cli import report
+
+    return report(run(args.backend, args.episodes, args.max_tokens, args.group_size, args.workers, args.repeats), args.json)
 
 
 def add_parser(subparsers) -> None:

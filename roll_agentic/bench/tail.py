@@ -16,7 +16,6 @@ from the same initial weights; the largest parameter difference.
 from __future__ import annotations
 
 import copy
-import json
 import statistics
 import time
 
@@ -114,12 +113,9 @@ def run(backend: str, prompts: int, responses: int, steps: int, eta: float, work
 
 
 def _main(args) -> int:
-    result = run(args.backend, args.prompts, args.responses, args.steps, args.eta, args.workers)
-    if not args.json:
-        for k, v in result.items():
-            print(f"{k:28s} {v}")
-    print(json.dumps(result))
-    return 0
+    from roll_agentic.bench.cli import report
+
+    return report(run(args.backend, args.prompts, args.responses, args.steps, args.eta, args.workers), args.json)
 
 
 def add_parser(subparsers) -> None:
