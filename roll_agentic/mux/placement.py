@@ -89,22 +89,9 @@ def slo_ok(
     return _slo_met(plans, [*group.members.values(), job], spec.warm_switch_s, headroom)
 
 
-def group_candidates(
-    group: Group, job: JobProfile, spec: ClusterSpec, load: Mapping[int, float] | None = None
-) -> list[Placement]:
-    """Pack and add-rollout candidates for one group (memory-feasible pinnings)."""
-    if any(p.colocated for p in group.pinning.values()):
-        return []
-    load = load if load is not None else node_loads(group, spec)
-
-    def least_loaded(pool: Pool, mem: float) -> list[int]:
-        ids = [n.node_id for n in group.nodes.values() if n.pool is pool and n.mem_free_gb >= mem]
-        return sorted(ids, key=lambda nid: (load[nid], nid))
-
-    train = least_loaded(Pool.TRAIN, job.train_mem_gb)
-    rollout = least_loaded(Pool.ROLLOUT, job.rollout_mem_gb)
-    if len(train) < job.n_train:
-        return []
+def _pack_or_add_rollout(group: Group, job: JobProfile, spec: ClusterSpec, train: list[int],
+                         rollout: list[int]) -> list[Placement]:
+    """Reuse the least-loaded rollout nodes, adding 0..n_rollout new ones (new ones cost)."""
     out: list[Placement] = []
     for k_new in range(job.n_rollout + 1):
         reuse = job.n_rollout - k_new
@@ -121,6 +108,25 @@ def group_candidates(
             )
         )
     return out
+
+
+def group_candidates(
+    group: Group, job: JobProfile, spec: ClusterSpec, load: Mapping[int, float] | None = None
+) -> list[Placement]:
+    """Pack and add-rollout candidates for one group (memory-feasible pinnings)."""
+    if any(p.colocated for p in group.pinning.values()):
+        return []
+    load = load if load is not None else node_loads(group, spec)
+
+    def least_loaded(pool: Pool, mem: float) -> list[int]:
+        ids = [n.node_id for n in group.nodes.values() if n.pool is pool and n.mem_free_gb >= mem]
+        return sorted(ids, key=lambda nid: (load[nid], nid))
+
+    train = least_loaded(Pool.TRAIN, job.train_mem_gb)
+    rollout = least_loaded(Pool.ROLLOUT, job.rollout_mem_gb)
+    if len(train) < job.n_train:
+        return []
+    return _pack_or_add_rollout(group, job, spec, train, rollout)
 
 
 @dataclass(frozen=True)
@@ -164,22 +170,7 @@ def _fast_candidates(
     if len(train) < job.n_train:
         return []
     rollout = [n for n in view.rollout_order if group.nodes[n].mem_free_gb >= job.rollout_mem_gb]
-    out = []
-    for k_new in range(job.n_rollout + 1):
-        reuse = job.n_rollout - k_new
-        if reuse > len(rollout):
-            continue
-        out.append(
-            Placement(
-                CandidateKind.PACK if k_new == 0 else CandidateKind.ADD_ROLLOUT,
-                group.group_id,
-                rollout_nodes=tuple(rollout[:reuse]),
-                train_nodes=tuple(train[: job.n_train]),
-                new_rollout=k_new,
-                extra_cost_per_hour=k_new * spec.price(Pool.ROLLOUT),
-            )
-        )
-    return out
+    return _pack_or_add_rollout(group, job, spec, train, rollout)
 
 
 @dataclass
