@@ -88,6 +88,7 @@ class AlgoConfig:
     groups_per_step: int = 8  # GRPO groups in one training batch
     clip_eps: float = 0.2  # PPO clip range
     kl_coef: float = 0.0  # > 0 keeps a frozen reference model and adds a k3 KL term
+    entropy_coef: float = 0.0  # > 0 rewards the sampling distribution's entropy (against collapse)
     adv_eps: float = 1e-6
 
 
@@ -160,7 +161,7 @@ def _default_tasks() -> list[TaskConfig]:
             max_turns=4,
             reward="guess_number",
             group_size=8,
-            max_new_tokens=4,
+            max_new_tokens=2,
         ),
     ]
 
@@ -201,6 +202,7 @@ def validate(cfg: Config) -> Config:
     _check(e, cfg.algo.groups_per_step >= 1, "algo.groups_per_step", "an integer >= 1", cfg.algo.groups_per_step)
     _check(e, 0 < cfg.algo.clip_eps < 1, "algo.clip_eps", "a number in (0, 1)", cfg.algo.clip_eps)
     _check(e, cfg.algo.kl_coef >= 0, "algo.kl_coef", "a number >= 0", cfg.algo.kl_coef)
+    _check(e, cfg.algo.entropy_coef >= 0, "algo.entropy_coef", "a number >= 0", cfg.algo.entropy_coef)
     _check(e, cfg.algo.name == "grpo", "algo.name", "grpo", cfg.algo.name)
     _check(e, cfg.rollout.mode in ("async", "tail_batching"), "rollout.mode", "async or tail_batching", cfg.rollout.mode)
     _check(e, cfg.rollout.num_workers >= 1, "rollout.num_workers", "an integer >= 1", cfg.rollout.num_workers)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from roll_agentic.model.chat_format import END, PAD, SPECIAL_TOKENS
 
-TINY_VERSION = 1  # bump when the recipe changes; an older tiny dir is rebuilt
+TINY_VERSION = 2  # bump when the recipe changes; an older tiny dir is rebuilt
 
 
 def _task_corpus(samples: int = 400, seed: int = 0) -> list[str]:

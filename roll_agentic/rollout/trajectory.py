@@ -37,6 +37,22 @@ class Ticket:
     round_id: int = -1  # tail batching: the round the group belongs to
 
 
+def json_scalars(info: dict[str, Any]) -> dict[str, Any]:
+    """The entries of an env's info dict that a reward function can receive as JSON.
+
+    Reward functions may run in another process or a serverless function, so
+    only str/int/float/bool values (numpy scalars converted) travel; the rest
+    (arrays, objects) is left out rather than failing the episode.
+    """
+    out: dict[str, Any] = {}
+    for k, v in (info or {}).items():
+        if hasattr(v, "item") and getattr(v, "ndim", 1) == 0:  # numpy / torch scalars
+            v = v.item()
+        if isinstance(v, bool | int | str) or (isinstance(v, float) and math.isfinite(v)):
+            out[str(k)] = v
+    return out
+
+
 @dataclass
 class Trajectory:
     traj_id: str
@@ -56,6 +72,7 @@ class Trajectory:
     num_invalid: int = 0
     max_turns: int = 0
     format_penalty: float = 0.0
+    env_info: dict[str, Any] = field(default_factory=dict)  # the last step's info: JSON scalars only
     reward: float | None = None
     reward_info: dict[str, Any] = field(default_factory=dict)
     status: str = "running"  # running | ok | reward_failed | env_failed | engine_failed
@@ -86,6 +103,7 @@ class Trajectory:
             "success": self.success, "terminated": self.terminated, "truncated": self.truncated,
             "num_turns": self.num_turns, "max_turns": self.max_turns, "num_invalid": self.num_invalid,
             "format_penalty": self.format_penalty, "responses": list(self.responses),
+            "info": dict(self.env_info),
         }
 
     def validate(self) -> None:

@@ -22,7 +22,7 @@ from roll_agentic.config import RewardConfig, TaskConfig
 from roll_agentic.engine.protocol import SamplingParams
 from roll_agentic.rollout.conversation import Conversation, chat_format_for
 from roll_agentic.rollout.env_contract import checked
-from roll_agentic.rollout.trajectory import Ticket, Trajectory, Turn
+from roll_agentic.rollout.trajectory import Ticket, Trajectory, Turn, json_scalars
 
 MAX_RESTARTS = 3
 ENGINE_RETRY_S = 0.25  # first back-off after an engine failure; doubles per attempt
@@ -278,6 +278,7 @@ class RolloutWorker:
         else:
             traj.truncated = True
         traj.success = bool(info.get("success", traj.terminated and traj.env_return > 0))
+        traj.env_info = json_scalars(info)
         traj.token_ids, traj.loss_mask, traj.logprobs = conv.token_ids, conv.loss_mask, conv.logprobs
         if traj.start_version < 0:
             traj.start_version = ticket.issued_version

@@ -4,6 +4,10 @@ Per generated token t with advantage A (the trajectory's):
     ratio_t = exp(logp_t - logp_old_t)          (logp_old: the engine's sampling logprob)
     loss_t  = max(-A * ratio_t, -A * clip(ratio_t, 1 - eps, 1 + eps))   (Schulman et al. 2017, eq. 7)
     kl_t    = exp(ref_t - logp_t) - (ref_t - logp_t) - 1                 (k3 estimator, Schulman 2020)
+    ent_t   = -sum_v p_t(v) log p_t(v)                                  (entropy bonus, subtracted)
+The entropy bonus keeps GRPO out of its dead zone: once every member of a
+group samples the same reply, the group's advantages are all zero and no
+gradient can ever move the policy again.
 The caller sums loss_t over masked tokens and divides by the batch's total
 number of generated tokens, so micro-batches and streamed partial batches add
 up to the same update.
@@ -23,6 +27,7 @@ class LossSums:
     loss: torch.Tensor
     policy: float
     kl: float
+    entropy: float
     clipped: float
     ratio: float
     logprob_abs_diff: float
@@ -34,14 +39,25 @@ def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: f
 
     Position 0 gets 0.0: the first token is never generated.
     """
+    return token_logprobs_and_entropy(logits, token_ids, temperature, with_entropy=False)[0]
+
+
+def token_logprobs_and_entropy(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0,
+                               with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """As `token_logprobs`, plus the entropy of the distribution each token was drawn from, (B, T)."""
     lp = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)  # (B, T-1, V)
     picked = lp.gather(-1, token_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
-    return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)  # (B, T)
+    zero = torch.zeros_like(picked[:, :1])
+    entropy = None
+    if with_entropy:
+        entropy = torch.cat([zero, -(lp.exp() * lp).sum(-1)], dim=1)  # (B, T)
+    return torch.cat([zero, picked], dim=1), entropy
 
 
 def ppo_clip_loss_sum(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                       mask: torch.Tensor, clip_eps: float, ref_logprobs: torch.Tensor | None = None,
-                      kl_coef: float = 0.0) -> LossSums:
+                      kl_coef: float = 0.0, entropy: torch.Tensor | None = None,
+                      entropy_coef: float = 0.0) -> LossSums:
     """All (B, T) except advantages (B,). Returns sums over mask == 1."""
     mask = mask.float()
     adv = advantages[:, None]  # (B, 1)
@@ -57,12 +73,19 @@ def ppo_clip_loss_sum(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
         kl = (torch.exp(d) - d - 1.0) * mask
         total = total + kl_coef * kl.sum()
         kl_sum = float(kl.sum().detach())
+    ent_sum = 0.0
+    if entropy is not None:
+        ent = (entropy * mask).sum()
+        if entropy_coef > 0:
+            total = total - entropy_coef * ent
+        ent_sum = float(ent.detach())
     with torch.no_grad():
         was_clipped = ((clipped > unclipped).float() * mask).sum()
         return LossSums(
             loss=total,
             policy=float((per_token * mask).sum()),
             kl=kl_sum,
+            entropy=ent_sum,
             clipped=float(was_clipped),
             ratio=float((ratio * mask).sum()),
             logprob_abs_diff=float(((logprobs - old_logprobs).abs() * mask).sum()),

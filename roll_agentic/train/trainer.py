@@ -19,7 +19,7 @@ import torch
 from roll_agentic.config import AlgoConfig, TrainerConfig
 from roll_agentic.rollout.trajectory import Trajectory
 from roll_agentic.train.advantages import grpo_advantages
-from roll_agentic.train.loss import ppo_clip_loss_sum, token_logprobs
+from roll_agentic.train.loss import ppo_clip_loss_sum, token_logprobs, token_logprobs_and_entropy
 
 
 @dataclass
@@ -66,7 +66,7 @@ class PolicyTrainer:
 
     @staticmethod
     def _zero_sums() -> dict[str, float]:
-        return {"loss": 0.0, "policy": 0.0, "kl": 0.0, "clipped": 0.0, "ratio": 0.0,
+        return {"loss": 0.0, "policy": 0.0, "kl": 0.0, "entropy": 0.0, "clipped": 0.0, "ratio": 0.0,
                 "logprob_abs_diff": 0.0, "tokens": 0.0, "samples": 0.0}
 
     # -- one optimizer step, possibly streamed ---------------------------------------------
@@ -92,14 +92,15 @@ class PolicyTrainer:
         adv = torch.tensor([s.advantage for s in part], dtype=torch.float32, device=self.device)  # (B,)
         attn = _pad([[1] * len(s.token_ids) for s in part], 0).to(self.device)
         logits = self.model(input_ids=ids, attention_mask=attn).logits  # (B, T, V)
-        lp = token_logprobs(logits, ids, self.temperature)  # (B, T)
+        lp, entropy = token_logprobs_and_entropy(logits, ids, self.temperature)  # (B, T) each
         ref = None
         if self.ref_model is not None:
             with torch.no_grad():
                 ref = token_logprobs(self.ref_model(input_ids=ids, attention_mask=attn).logits, ids, self.temperature)
-        sums = ppo_clip_loss_sum(lp, old, adv, mask, self.algo.clip_eps, ref, self.algo.kl_coef)
+        sums = ppo_clip_loss_sum(lp, old, adv, mask, self.algo.clip_eps, ref, self.algo.kl_coef,
+                                entropy, self.algo.entropy_coef)
         sums.loss.backward()
-        for k in ("policy", "kl", "clipped", "ratio", "logprob_abs_diff", "tokens"):
+        for k in ("policy", "kl", "entropy", "clipped", "ratio", "logprob_abs_diff", "tokens"):
             self._sums[k] += getattr(sums, k)
         self._sums["loss"] += float(sums.loss.detach())
         self._sums["samples"] += len(part)
@@ -134,6 +135,7 @@ class PolicyTrainer:
             "train/loss": self._sums["loss"] / tokens,
             "train/policy_loss": self._sums["policy"] / tokens,
             "train/kl": self._sums["kl"] / tokens,
+            "train/entropy": self._sums["entropy"] / tokens,
             "train/clip_frac": self._sums["clipped"] / tokens,
             "train/ratio_mean": self._sums["ratio"] / tokens,
             "train/logprob_diff": self._sums["logprob_abs_diff"] / tokens,

@@ -36,3 +36,21 @@ def test_guess_number_feedback_and_success():
     assert terminated and reward == 1.0 and info["success"]
     _, _, _, _, info = GuessNumber().step("nine")
     assert info["invalid_action"]
+
+
+def test_guess_number_counts_guesses_consistent_with_the_hints():
+    env = GuessNumber(low=1, high=8)
+    env.reset(seed=0)
+    env._secret = 6  # fixed for the test: hints are higher after 3, lower after 7
+    _, _, _, _, info = env.step("3")  # consistent: anything in 1..8 is
+    assert (info["guesses"], info["consistent_guesses"]) == (1, 1)
+    _, _, _, _, info = env.step("2")  # ignores "higher than 3"
+    assert (info["guesses"], info["consistent_guesses"]) == (2, 1)
+    _, _, _, _, info = env.step("7")  # inside 4..8
+    assert (info["guesses"], info["consistent_guesses"]) == (3, 2)
+    _, _, _, _, info = env.step("?")  # invalid: not a guess at all
+    assert info["invalid_action"] and (info["guesses"], info["consistent_guesses"]) == (3, 2)
+    _, reward, terminated, _, info = env.step("6")  # inside 4..6, and right
+    assert terminated and reward == 1.0 and (info["guesses"], info["consistent_guesses"]) == (4, 3)
+    _, info = env.reset(seed=1)
+    assert (info["guesses"], info["consistent_guesses"]) == (0, 0)
