@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from roll_agentic.train.loss import ppo_clip_loss_sum, token_logprobs
+from roll_agentic.train.loss import ppo_clip_loss_sum, token_logprobs, token_logprobs_and_entropy
 
 
 def test_ppo_clip_hand_computed():
@@ -52,3 +52,19 @@ def test_token_logprobs_shift():
     assert lp[0, 0].item() == 0.0
     assert lp[0, 1].item() == pytest.approx(torch.log_softmax(logits[0, 0], -1)[2].item())
     assert lp[0, 2].item() == pytest.approx(math.log(0.25), abs=1e-6)
+
+
+def test_entropy_of_each_sampling_distribution_and_its_bonus():
+    logits = torch.zeros(1, 3, 4)  # position 0: uniform over 4 tokens -> entropy ln 4
+    logits[0, 1] = torch.tensor([0.0, 0.0, -1e4, -1e4])  # position 1: two live tokens -> ln 2
+    ids = torch.tensor([[1, 2, 0]])
+    lp, ent = token_logprobs_and_entropy(logits, ids)
+    assert ent[0, 0].item() == 0.0  # nothing was sampled before the first token
+    assert ent[0, 1].item() == pytest.approx(math.log(4), abs=1e-5)
+    assert ent[0, 2].item() == pytest.approx(math.log(2), abs=1e-5)
+    mask = torch.tensor([[0, 1, 1]])
+    plain = ppo_clip_loss_sum(lp, lp.detach(), torch.tensor([0.0]), mask, 0.2, entropy=ent)
+    bonus = ppo_clip_loss_sum(lp, lp.detach(), torch.tensor([0.0]), mask, 0.2, entropy=ent, entropy_coef=0.5)
+    assert plain.entropy == pytest.approx(math.log(4) + math.log(2), abs=1e-5)
+    assert plain.loss.item() == pytest.approx(0.0, abs=1e-6)  # A = 0: the surrogate is 0
+    assert bonus.loss.item() == pytest.approx(-0.5 * (math.log(4) + math.log(2)), abs=1e-5)
