@@ -20,6 +20,9 @@ What it models (and what it does not):
   completed iteration is <= SLO x the sum of the same iterations run alone
   (solo: dedicated nodes, no switches). No queueing for capacity: the
   cloud always has another node.
+- A policy with `regroup` set may move a job left alone in its group to
+  another group between two iterations; the move pays a cold start on
+  each of its first phases there (`_regroup`).
 - Not modelled: node failures, network contention between jobs' syncs,
   partial-node allocations, the cold load of a job's very first phase
   (identical across policies).
@@ -103,6 +106,8 @@ class SimResult:
     scheduler_time_s: float
     end_time: float
     phases: list[PhaseRecord] = field(default_factory=list)
+    regroup_time_s: float = 0.0  # policy CPU time spent offering lone jobs a move
+    moves: int = 0  # jobs moved to another group between iterations
 
     @property
     def total_cost(self) -> float:
@@ -131,6 +136,8 @@ class _JobRt:
     group_id: int = -1
     iters_done: int = 0
     last_end: float = 0.0
+    cold: set[PhaseKind] = field(default_factory=set)  # phases whose state is not resident yet
+    tried_at: int = 0  # how many group changes it has already tried (regrouping)
 
 
 @dataclass
@@ -149,6 +156,8 @@ class ClusterSimulator:
         record_phases: bool = False,
         horizon_s: float | None = None,
     ) -> None:
+        # Policies that move jobs left alone in a group say so (RollMux does).
+        self.regroup = bool(getattr(policy, "regroup", False))
         self.spec = spec
         self.policy = policy
         self.record_phases = record_phases
@@ -165,6 +174,9 @@ class ClusterSimulator:
         self._busy = {p.value: 0.0 for p in Pool}
         self._phases: list[PhaseRecord] = []
         self._sched_s = 0.0
+        self._regroup_s = 0.0
+        self._changed: list[int] = []  # groups that gained room (opened or left), in order
+        self._moves = 0
         by_id = {j.profile.job_id: j for j in trace_jobs}
         for j in trace_jobs:
             self._events.push(j.arrival_s, EventType.ARRIVE, j.profile.job_id)
@@ -195,6 +207,8 @@ class ClusterSimulator:
             self._sched_s,
             end,
             self._phases,
+            self._regroup_s,
+            self._moves,
         )
 
     # -- events ---------------------------------------------------------------
@@ -204,15 +218,48 @@ class ClusterSimulator:
         placement = self.policy.place(self._book.groups, job.profile)
         self._sched_s += wallclock.process_time() - t0
         group, opened = self._book.apply(placement, job.profile)
-        for node in opened:
-            self._nodes[node.node_id] = _NodeRt(node)
-            self._allocs[node.node_id] = Allocation(
-                node.node_id, node.pool.value, self.spec.price(node.pool), now
-            )
+        if placement.group_id is None:
+            self._changed.append(group.group_id)
+        self._open(opened, now)
         roll_f, train_f = iteration_factors(job.seed, job.n_iters)
         rt = _JobRt(job, roll_f, train_f, group.group_id, last_end=job.arrival_s)
         self._jobs[job.profile.job_id] = rt
         self._enqueue(job.profile.job_id, None, now)
+
+    def _regroup(self, rt: _JobRt, now: float) -> None:
+        """Move a job that is alone in its group into a group that gained room.
+
+        RollMux places on arrival; jobs leave, and a member left alone keeps
+        paying for a whole solo allocation. Between two iterations (its nodes
+        hold nothing of anyone else) such a job is offered to the groups that
+        opened or lost a member since it last looked, with the same policy
+        checks as an arrival. A move costs one cold start per phase on the
+        new nodes (its state is not resident there yet), and is taken only
+        when the new pinning is cheaper than the allocation it frees.
+        """
+        group = self._book.groups[rt.group_id]
+        if len(group.members) > 1 or rt.tried_at == len(self._changed):
+            return
+        fresh = set(self._changed[rt.tried_at :])
+        rt.tried_at = len(self._changed)
+        job = rt.trace.profile
+        groups = self._book.groups
+        offer = {g: groups[g] for g in fresh if g in groups and g != rt.group_id}
+        if not offer:
+            return
+        t0 = wallclock.process_time()
+        placement = self.policy.place(offer, job)
+        self._regroup_s += wallclock.process_time() - t0
+        if placement.group_id is None or placement.extra_cost_per_hour >= group.cost_per_hour(
+            self.spec
+        ):
+            return
+        self._release(self._book.remove(job.job_id), now)
+        group, opened = self._book.apply(placement, job)
+        self._open(opened, now)
+        rt.group_id = group.group_id
+        rt.cold = {PhaseKind.ROLLOUT, PhaseKind.TRAIN}
+        self._moves += 1
 
     def _phase_end(self, job_id: str, kind: PhaseKind, now: float) -> None:
         rt = self._jobs[job_id]
@@ -231,11 +278,24 @@ class ClusterSimulator:
         rt.iters_done += 1
         rt.last_end = now
         if rt.iters_done < rt.trace.n_iters:
+            if self.regroup:
+                self._regroup(rt, now)  # its nodes are idle: a move is safe now
             self._enqueue(job_id, PhaseKind.SYNC, now)
             return
         self._outcomes.append(self._outcome(rt))
         del self._jobs[job_id]
-        for node in self._book.remove(job_id):
+        self._release(self._book.remove(job_id), now)
+        self._changed.append(rt.group_id)
+
+    def _open(self, opened: list[Node], now: float) -> None:
+        for node in opened:
+            self._nodes[node.node_id] = _NodeRt(node)
+            self._allocs[node.node_id] = Allocation(
+                node.node_id, node.pool.value, self.spec.price(node.pool), now
+            )
+
+    def _release(self, released: list[Node], now: float) -> None:
+        for node in released:
             alloc = self._allocs.pop(node.node_id)
             alloc.closed = now
             self._done_allocs.append(alloc)
@@ -268,6 +328,9 @@ class ClusterSimulator:
                 switch = max(switch, warm if n.last is not None else 0.0)
             n.last = (ph.job_id, ph.kind)
         rt = self._jobs[ph.job_id]
+        if ph.kind in rt.cold:
+            rt.cold.discard(ph.kind)
+            switch = self.spec.cold_switch_s
         times = self._book.groups[rt.group_id].times(ph.job_id, self.spec)
         i = rt.iters_done
         if ph.kind is PhaseKind.ROLLOUT:

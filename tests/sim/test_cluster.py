@@ -84,3 +84,42 @@ def test_summarize_divides_every_policy_by_the_solo_span():
     assert doc["cost_per_hour"]["rollmux"] == pytest.approx(
         results["rollmux"].total_cost / ref_h, abs=0.1
     )
+
+
+def _lone_partners():
+    """A and B share a training node; C (train-heavy) fits beside A alone, not beside both."""
+    a = replace(rh(0), n_iters=200)
+    b = replace(rh(1), n_iters=3)
+    p = replace(rh(2).profile, kind="train_heavy", roll_s=600.0, train_s=1200.0)
+    c = TraceJob(100.0, 200, seed=2, profile=p)
+    return [a, b, c]
+
+
+def test_a_job_left_alone_moves_into_a_group_with_room_and_it_pays_off():
+    jobs = _lone_partners()
+    stay = ClusterSimulator(SPEC, RollMuxPolicy(SPEC)).run(jobs)
+    move = ClusterSimulator(SPEC, RollMuxPolicy(SPEC, regroup=True)).run(jobs)
+    assert stay.moves == 0 and move.moves >= 1
+    train_h = [
+        sum(a.closed - a.opened for a in r.allocations if a.pool == "train") / 3600
+        for r in (stay, move)
+    ]
+    assert train_h[1] < 0.7 * train_h[0]  # one training node for A and C, not two
+    assert move.total_cost < stay.total_cost
+    assert move.slo_attainment == 1.0
+
+def test_a_move_pays_a_cold_start_on_each_phase_at_its_new_nodes():
+    jobs = _lone_partners()
+    cheap = ClusterSimulator(SPEC, RollMuxPolicy(SPEC, regroup=True)).run(jobs)
+    dear_spec = replace(SPEC, cold_switch_s=5_000.0)
+    dear = ClusterSimulator(dear_spec, RollMuxPolicy(dear_spec, regroup=True)).run(jobs)
+    assert cheap.moves == dear.moves == 1
+    ends = [max(o.end for o in r.jobs) for r in (cheap, dear)]
+    # Queueing behind the partner absorbs part of it; at least one is paid.
+    assert ends[1] - ends[0] >= 5_000.0 - SPEC.cold_switch_s
+
+
+def test_baselines_never_move_jobs():
+    jobs = _lone_partners()
+    for policy in (SoloPolicy(SPEC), GreedyPolicy(SPEC)):
+        assert ClusterSimulator(SPEC, policy).run(jobs).moves == 0
