@@ -97,7 +97,8 @@ class RolloutConfig:
     mode: str = "async"  # async | tail_batching
     num_workers: int = 2  # CPU Ray actors hosting environments
     groups_in_flight: int = 4  # per worker: groups whose episodes run concurrently
-    eta: float = 1.25  # tail batching over-provisioning
+    eta: float = 1.25  # tail batching: over-provisioning of prompts (groups) in a short round
+    eta_responses: float = 1.0  # ... and of responses per prompt (the paper: = eta; see tail_batching.py)
     env_step_timeout_s: float = 60.0
 
 
@@ -208,6 +209,7 @@ def validate(cfg: Config) -> Config:
     _check(e, cfg.rollout.num_workers >= 1, "rollout.num_workers", "an integer >= 1", cfg.rollout.num_workers)
     _check(e, cfg.rollout.groups_in_flight >= 1, "rollout.groups_in_flight", "an integer >= 1", cfg.rollout.groups_in_flight)
     _check(e, cfg.rollout.eta >= 1.0, "rollout.eta", "a number >= 1.0", cfg.rollout.eta)
+    _check(e, cfg.rollout.eta_responses >= 1.0, "rollout.eta_responses", "a number >= 1.0", cfg.rollout.eta_responses)
     if cfg.rollout.mode == "tail_batching":
         _check(e, cfg.algo.alpha == 0, "algo.alpha", "0 with rollout.mode=tail_batching (it is synchronous)", cfg.algo.alpha)
     _check(e, cfg.trainer.total_steps >= 1, "trainer.total_steps", "an integer >= 1", cfg.trainer.total_steps)

@@ -10,6 +10,16 @@ current weights only).
   responses each and no over-provisioning, and the round waits for all.
 For agentic tasks a prompt is a task instance (task, seed) and a response is
 one trajectory of it. The long queue is part of the checkpoint.
+
+The paper over-provisions both by the same eta. Over responses, the race
+keeps a group's *fastest* trajectories, and in multi-turn tasks speed is not
+neutral: on FrozenLake, falling into a hole ends an episode in two turns
+while reaching the goal takes four or more, so the race keeps the failures
+and drops the successes, and a run collapses onto the fast failure (measured:
+reward flat at the format-only 0.10 from step 12). `eta_responses` is
+therefore its own knob; training defaults it to 1.0 (every response of a
+kept prompt counts, the race is between prompts only, and a slow prompt is
+deferred whole to a long round, never cut).
 """
 
 from __future__ import annotations
@@ -23,9 +33,11 @@ from roll_agentic.rollout.trajectory import Ticket, Trajectory
 
 
 class TailBatchingBuffer(TrajectoryBuffer):
-    def __init__(self, tasks: list[TaskShare], groups_per_step: int, seed: int = 0, eta: float = 1.25):
+    def __init__(self, tasks: list[TaskShare], groups_per_step: int, seed: int = 0, eta: float = 1.25,
+                 eta_responses: float | None = None):
         super().__init__(tasks, groups_per_step, alpha=0, seed=seed)
         self.eta = eta
+        self.eta_responses = eta if eta_responses is None else eta_responses
         self.long_queue: deque[tuple[str, int]] = deque()
         self.round_id = -1
         self.round_kind = ""
@@ -63,7 +75,7 @@ class TailBatchingBuffer(TrajectoryBuffer):
                 else:
                     task, seed = self._pick_task().name, self.rng.randrange(2**31)
                 r0 = self._group_size[task]
-                self._round_tickets.append(Ticket("", task, seed, math.ceil(self.eta * r0), self.state.version,
+                self._round_tickets.append(Ticket("", task, seed, math.ceil(self.eta_responses * r0), self.state.version,
                                                   r0, self.round_id))
 
     def _close_round(self) -> None:

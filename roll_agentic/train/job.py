@@ -136,7 +136,7 @@ class TrainingJob:
             from roll_agentic.rollout.tail_batching import TailBatchingBuffer
 
             self.buffer = ray.remote(num_cpus=0)(TailBatchingBuffer).remote(
-                shares, cfg.algo.groups_per_step, cfg.trainer.seed, cfg.rollout.eta)
+                shares, cfg.algo.groups_per_step, cfg.trainer.seed, cfg.rollout.eta, cfg.rollout.eta_responses)
         else:
             self.buffer = ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
                 shares, cfg.algo.groups_per_step, cfg.algo.alpha, cfg.trainer.seed)

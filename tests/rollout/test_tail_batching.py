@@ -78,3 +78,15 @@ def test_long_queue_survives_a_checkpoint():
         clone.import_state(state)
         assert list(clone.long_queue) == list(buf.long_queue) and clone.long_queue
     asyncio.run(main())
+
+
+def test_responses_have_their_own_overprovisioning():
+    """eta_responses=1: prompts still race, but every response of a kept prompt counts."""
+    async def main():
+        buf = TailBatchingBuffer([TaskShare("a", 1.0, 8)], groups_per_step=4, eta=1.25, eta_responses=1.0)
+        tickets = await _drain_tickets(buf)
+        assert len(tickets) == 5
+        assert all(t.group_size == 8 and t.keep == 8 for t in tickets)
+        paper = TailBatchingBuffer([TaskShare("a", 1.0, 8)], groups_per_step=4, eta=1.25)  # the paper: both 1.25
+        assert all(t.group_size == 10 and t.keep == 8 for t in await _drain_tickets(paper))
+    asyncio.run(main())
