@@ -19,7 +19,7 @@ import numpy as np
 from roll_agentic.mux.group import GroupBook
 from roll_agentic.mux.placement import RollMuxPolicy
 from roll_agentic.mux.policy import SchedulerPolicy
-from roll_agentic.mux.profile import ClusterSpec
+from roll_agentic.mux.profile import ClusterSpec, Pool
 from roll_agentic.sim.baselines import ColocatedPolicy, GreedyPolicy, RandomPolicy, SoloPolicy
 from roll_agentic.sim.cluster import ClusterSimulator, SimResult
 from roll_agentic.sim.optimal import ReplayPolicy, plan_objective, solve
@@ -70,6 +70,17 @@ def summarize(results: dict[str, SimResult], spec: ClusterSpec) -> dict:
         "moves": {n: r.moves for n, r in results.items() if r.moves},
         "reference_hours": round(ref_h, 2),
     }
+    if "solo" in results:
+        # The floor for any disaggregated placement: the solo run's busy GPU
+        # seconds (rollout on rollout-class, training on training-class GPUs,
+        # switches excluded) at their prices. No packing can pay less than
+        # the work itself, so solo / floor caps every policy's saving.
+        floor = sum(
+            results["solo"].busy_gpu_s[p.value] / 3600.0 * spec.node_class(p).price_per_gpu_hour
+            for p in Pool
+        ) / ref_h
+        out["work_floor_per_hour"] = round(floor, 1)
+        out["max_saving_vs_solo"] = round(cost["solo"] / floor, 3)
     if "rollmux" in cost:
         out["rollmux_saving"] = {
             n: round(c / cost["rollmux"], 3) for n, c in cost.items() if n != "rollmux"

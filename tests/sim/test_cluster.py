@@ -71,6 +71,9 @@ def test_compare_on_a_small_trace_orders_policies_sensibly():
     assert doc["slo_attainment"]["rollmux"] == 1.0
     assert doc["slo_attainment"]["greedy"] < 1.0
     assert set(doc["utilization"]) == set(cost)
+    # No placement pays less than the busy GPU time of the work itself.
+    assert doc["work_floor_per_hour"] <= cost["rollmux"]
+    assert doc["rollmux_saving"]["solo"] <= doc["max_saving_vs_solo"]
 
 
 def test_summarize_divides_every_policy_by_the_solo_span():
