@@ -6,20 +6,24 @@ from host memory into the trainer's model object. A job that is not resident
 (queued, or evicted) switches in cold, from its checkpoint on disk.
 
 On a GPU node "device" is the GPU and "host" its DRAM. On a CPU machine both
-are RAM, so the copies below are made explicit (clone on the way out, copy
-on the way in) to keep the warm path an honest memcpy and not an alias, and
-the cold path drops the checkpoint's pages from the page cache first, so
-that it reads from storage as a cold start would.
+are RAM, so the copies are made explicit to keep the warm path an honest
+memcpy and not an alias: a job's host buffers are allocated once, laid out
+like the device's tensors, and each switch copies between the two sets in
+place (copy_out / copy_in). The cold path drops the checkpoint's pages from
+the page cache first, so that it reads from storage as a cold start would,
+then deserialises and loads the state into a rebuilt optimizer.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -46,17 +50,174 @@ def tree_bytes(obj: Any) -> int:
     return 0
 
 
+def _rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def _set_rng_state(rng: dict) -> None:
+    torch.set_rng_state(rng["torch"])
+    np.random.set_state(rng["numpy"])
+    random.setstate(rng["python"])
+
+
+@dataclass
+class DeviceLayout:
+    """Where a trainer's state lives on its device, listed once per model object.
+
+    `tensors` are the parameters then the persistent buffers, in a fixed order;
+    `names` maps each state_dict key (engine layout) to its index there (a tied
+    lm_head points at the embedding's index). `shapes` decides whether a host
+    copy made from another model object fits this one (same architecture).
+    """
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    params: list[torch.nn.Parameter]
+    tensors: list[torch.Tensor]
+    names: dict[str, int]
+    shapes: tuple[tuple[tuple[int, ...], torch.dtype], ...]
+    group_sizes: tuple[int, ...]
+
+    @classmethod
+    def of(cls, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> DeviceLayout:
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        index = {id(p): i for i, p in enumerate(params)}
+        tensors: list[torch.Tensor] = [p.detach() for p in params]
+        names: dict[str, int] = {}
+        for k, v in model.state_dict(keep_vars=True).items():
+            if id(v) not in index:  # a persistent buffer
+                index[id(v)] = len(tensors)
+                tensors.append(v.detach())
+            names[k] = index[id(v)]
+        shapes = tuple((tuple(t.shape), t.dtype) for t in tensors)
+        return cls(model, optimizer, params, tensors, names, shapes,
+                   tuple(len(g["params"]) for g in optimizer.param_groups))
+
+
 @dataclass
 class HostState:
-    """One job's trainer state in host memory: what a warm switch copies in."""
+    """One job's trainer state in host memory, laid out like the device's.
 
-    weights: dict[str, torch.Tensor]
-    trainer_state: dict  # PolicyTrainer.state(): step, optimizer, rng
-    nbytes: int = 0
+    Preallocated on the job's first switch-out; every later switch-out copies
+    the device tensors into these same buffers and a warm switch-in copies
+    them back into the device's already-allocated tensors (RollMux's warm
+    start: host DRAM -> device, no allocation, no deserialisation).
+    `tensors` follow `DeviceLayout.tensors`; `opt` holds each parameter's
+    optimizer state (AdamW: step, exp_avg, exp_avg_sq; {} before its first
+    step); `groups` the param groups' hyperparameters (the job's lr, decay).
+    """
 
-    def __post_init__(self) -> None:
-        if not self.nbytes:
-            self.nbytes = tree_bytes(self.weights) + tree_bytes(self.trainer_state)
+    tensors: list[torch.Tensor]
+    names: dict[str, int]
+    shapes: tuple
+    opt: list[dict[str, Any]]
+    groups: list[dict[str, Any]]
+    group_sizes: tuple[int, ...]
+    step: int = 0
+    rng: dict = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        return tree_bytes(self.tensors) + tree_bytes(self.opt)
+
+    @property
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The engine-layout weights (state_dict keys), viewing the host buffers."""
+        return {k: self.tensors[i] for k, i in self.names.items()}
+
+    def trainer_state(self) -> dict:
+        """`PolicyTrainer.state()`'s layout (what checkpoints hold), viewing the host buffers."""
+        state = {i: dict(s) for i, s in enumerate(self.opt) if s}
+        groups, first = [], 0
+        for g, n in zip(self.groups, self.group_sizes, strict=True):
+            groups.append({**g, "params": list(range(first, first + n))})
+            first += n
+        return {"step": self.step, "optimizer": {"state": state, "param_groups": groups}, "rng": self.rng}
+
+    def fits(self, layout: DeviceLayout) -> bool:
+        return self.shapes == layout.shapes and self.group_sizes == layout.group_sizes
+
+    @classmethod
+    def allocate(cls, layout: DeviceLayout) -> HostState:
+        return cls([torch.empty_like(t) for t in layout.tensors], dict(layout.names), layout.shapes,
+                   [{} for _ in layout.params], [], layout.group_sizes)
+
+
+def _pair_slots(dst: dict[str, Any], src: dict[str, Any], dsts: list, srcs: list) -> bool:
+    """Lists the tensor pairs that copy `src`'s optimizer slots into `dst`'s (non-tensors are set).
+
+    False when the two differ in keys, shapes or dtypes: `dst` cannot be filled in place.
+    """
+    if not dst or dst.keys() != src.keys():
+        return False
+    pairs = []
+    for k, v in src.items():
+        w = dst[k]
+        if isinstance(v, torch.Tensor):
+            if not isinstance(w, torch.Tensor) or w.shape != v.shape or w.dtype != v.dtype:
+                return False
+            pairs.append((w, v))
+    for k, v in src.items():
+        if not isinstance(v, torch.Tensor):
+            dst[k] = v
+    for w, v in pairs:
+        dsts.append(w)
+        srcs.append(v)
+    return True
+
+
+def _clone_slots(src: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in src.items()}
+
+
+@torch.no_grad()
+def copy_out(layout: DeviceLayout, step: int, host: HostState | None) -> HostState:
+    """Device -> host: into the job's preallocated buffers (allocated here the first time only).
+
+    All tensors go in one batched copy (`_foreach_copy_`): the per-tensor Python
+    overhead, not the bytes, dominates a small model's switch.
+    """
+    if host is None or not host.fits(layout):
+        host = HostState.allocate(layout)
+    dsts, srcs = list(host.tensors), list(layout.tensors)
+    state = layout.optimizer.state
+    for i, p in enumerate(layout.params):
+        st = state.get(p)
+        if not st:
+            host.opt[i] = {}
+        elif not _pair_slots(host.opt[i], st, dsts, srcs):
+            host.opt[i] = _clone_slots(st)  # a job's first step: its slots are allocated now
+    torch._foreach_copy_(dsts, srcs)
+    host.groups = [{k: v for k, v in g.items() if k != "params"} for g in layout.optimizer.param_groups]
+    host.step, host.rng = step, _rng_state()
+    return host
+
+
+@torch.no_grad()
+def copy_in(layout: DeviceLayout, host: HostState) -> bool:
+    """Host -> device, into the tensors the device already holds; False if the layouts differ.
+
+    The optimizer's per-parameter state is filled in place where the device has
+    it already (the previous job's moments, same shapes); only a device that has
+    never stepped gets new tensors.
+    """
+    if not host.fits(layout):
+        return False
+    opt = layout.optimizer
+    if [set(g) - {"params"} for g in opt.param_groups] != [set(g) for g in host.groups]:
+        return False  # another optimizer type: the caller rebuilds
+    dsts, srcs = list(layout.tensors), list(host.tensors)
+    state = opt.state
+    for p, hs in zip(layout.params, host.opt, strict=True):
+        if not hs:
+            state.pop(p, None)
+        elif not _pair_slots(state.get(p) or {}, hs, dsts, srcs):
+            state[p] = _clone_slots(hs)
+    torch._foreach_copy_(dsts, srcs)
+    for g, hg in zip(opt.param_groups, host.groups, strict=True):
+        g.update(hg)
+    _set_rng_state(host.rng)
+    return True
 
 
 class ResidencyError(RuntimeError):
@@ -120,8 +281,8 @@ def drop_page_cache(path: Path) -> None:
         os.close(fd)
 
 
-def read_cold(ckpt_dir: Path) -> tuple[HostState, float]:
-    """The state of a checkpoint read from storage; returns it and the read seconds."""
+def read_cold(ckpt_dir: Path) -> tuple[dict[str, torch.Tensor], dict, float]:
+    """A checkpoint read from storage: (engine weights, trainer state, read seconds)."""
     from safetensors.torch import load_file
 
     for name in ("weights.safetensors", "trainer.pt"):
@@ -129,4 +290,4 @@ def read_cold(ckpt_dir: Path) -> tuple[HostState, float]:
     t0 = time.perf_counter()
     weights = load_file(str(ckpt_dir / "weights.safetensors"))
     trainer_state = torch.load(ckpt_dir / "trainer.pt", weights_only=False)
-    return HostState(weights, trainer_state), time.perf_counter() - t0
+    return weights, trainer_state, time.perf_counter() - t0

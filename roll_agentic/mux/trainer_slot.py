@@ -4,9 +4,13 @@ The slot holds one `PolicyTrainer` on its "device" and serves one job at a
 time (a Ray actor with one thread: calls are served in order). Switching job
 X in:
 - X is active already: nothing to do (a job running alone never switches);
-- the previous job's state is copied out to host memory if it is resident;
-- warm: X's weights and optimizer state are copied in from host memory;
-- cold: X's last checkpoint is read from disk (page cache dropped) and loaded;
+- the previous job's state is copied out to host memory if it is resident,
+  into that job's preallocated host buffers;
+- warm: X's weights and optimizer state are copied from its host buffers
+  into the tensors the device already holds (no allocation, no
+  deserialisation; a rebuild only if the architecture differs);
+- cold: X's last checkpoint is read from disk (page cache dropped),
+  deserialised and loaded into a rebuilt optimizer;
 - fresh: X was never trained; its trainer is built from its model path.
 Every switch-in is timed and reported, the same job at the same sizes, so
 warm and cold times compare honestly.
@@ -22,7 +26,16 @@ from pathlib import Path
 import torch
 
 from roll_agentic.config import AlgoConfig, TrainerConfig
-from roll_agentic.mux.residency import HostState, ResidencyStore, clone_tree, read_cold, tree_bytes
+from roll_agentic.mux.residency import (
+    DeviceLayout,
+    HostState,
+    ResidencyStore,
+    clone_tree,
+    copy_in,
+    copy_out,
+    read_cold,
+    tree_bytes,
+)
 from roll_agentic.train.checkpoint import latest_checkpoint, save_checkpoint
 from roll_agentic.train.trainer import PolicyTrainer, Sample
 
@@ -54,6 +67,7 @@ class TrainerSlot:
         self.jobs: dict[str, SlotJob] = {}
         self.trainer: PolicyTrainer | None = None
         self.active: str | None = None
+        self._lay: DeviceLayout | None = None
 
     def register(self, job: str, model_path: str, trainer: TrainerConfig, algo: AlgoConfig,
                  temperature: float, ckpt_root: str) -> None:
@@ -76,29 +90,49 @@ class TrainerSlot:
                                                                            self.store.states.items()}}
 
     # -- switching ---------------------------------------------------------------------------
+    def _layout(self) -> DeviceLayout:
+        """The device tensors of the current model and optimizer, listed once per pair of objects."""
+        tr = self.trainer
+        assert tr is not None
+        lay = self._lay
+        if lay is None or lay.model is not tr.model or lay.optimizer is not tr.optimizer:
+            lay = self._lay = DeviceLayout.of(tr.model, tr.optimizer)
+        return lay
+
     def _switch_out(self) -> tuple[float, str]:
         job = self.active
         if job is None or self.trainer is None:
             return 0.0, ""
         t0 = time.perf_counter()
-        if self.store.is_resident(job):
-            self.store.put(job, HostState(clone_tree(self.trainer.engine_state_dict()),
-                                          clone_tree(self.trainer.state())))
+        if self.store.is_resident(job):  # into the job's own host buffers, in place after the first time
+            self.store.put(job, copy_out(self._layout(), self.trainer.step, self.store.get(job)))
         self.active = None
         return time.perf_counter() - t0, job
 
-    def _load(self, job: str, state: HostState) -> None:
-        """Host state onto the device model (reused: same architecture, swapped contents)."""
-        spec = self.jobs[job]
-        tr = self.trainer
+    def _bind(self, job: str) -> PolicyTrainer:
+        """The job's config on the device trainer (its lr etc. come with its optimizer state)."""
+        spec, tr = self.jobs[job], self.trainer
         assert tr is not None
         tr.cfg, tr.algo, tr.temperature = spec.trainer, spec.algo, spec.temperature
         tr.ref_model = spec.ref_model
-        # A fresh optimizer over the same parameters; load_state_dict restores the
-        # job's own hyperparameters (lr, weight decay) with its moments.
+        return tr
+
+    def _warm(self, job: str, host: HostState) -> None:
+        """Host buffers -> the device's allocated tensors; a rebuild if the architecture differs."""
+        tr = self._bind(job)
+        if copy_in(self._layout(), host):
+            tr.step = host.step
+            return
+        # Copied, not aliased: optimizer.load_state_dict keeps the tensors it is given.
+        self._rebuild(job, clone_tree(host.weights), clone_tree(host.trainer_state()))
+
+    def _rebuild(self, job: str, weights: dict, trainer_state: dict) -> None:
+        """State dicts onto the device model: a fresh optimizer, loaded (the cold path)."""
+        spec, tr = self.jobs[job], self._bind(job)
+        # load_state_dict restores the job's own hyperparameters (lr, weight decay) with its moments.
         tr.optimizer = torch.optim.AdamW(tr.model.parameters(), lr=spec.trainer.lr,
                                          weight_decay=spec.trainer.weight_decay)
-        tr.load_state(state.trainer_state, state.weights)
+        tr.load_state(trainer_state, weights)
 
     def switch_in(self, job: str) -> SwitchRecord:
         if self.active == job:
@@ -107,23 +141,20 @@ class TrainerSlot:
         spec = self.jobs[job]
         t0 = time.perf_counter()
         host = self.store.get(job)
-        ckpt = latest_checkpoint(spec.ckpt_root)
         if host is not None and self.trainer is not None:
-            # Copied, not aliased: the device copy trains on while the host copy stays.
-            self._load(job, HostState(host.weights, clone_tree(host.trainer_state), host.nbytes))
+            self._warm(job, host)
             kind = "warm"
-        elif ckpt is not None and self.trainer is not None:
-            state, _read_s = read_cold(Path(ckpt))
-            self._load(job, state)
-            kind = "cold"
         else:
-            self.trainer = PolicyTrainer(spec.model_path, spec.trainer, spec.algo, spec.temperature)
-            if self.trainer.ref_model is not None:
-                spec.ref_model = self.trainer.ref_model
-            kind = "fresh"
-            if ckpt is not None:  # a brand-new slot but the job has trained before
-                state, _read_s = read_cold(Path(ckpt))
-                self._load(job, state)
+            ckpt = latest_checkpoint(spec.ckpt_root)
+            kind = "cold"
+            if self.trainer is None or ckpt is None:
+                self.trainer = PolicyTrainer(spec.model_path, spec.trainer, spec.algo, spec.temperature)
+                if self.trainer.ref_model is not None:
+                    spec.ref_model = self.trainer.ref_model
+                kind = "fresh"
+            if ckpt is not None:  # storage -> host (page cache dropped) -> deserialise -> load
+                weights, trainer_state, _read_s = read_cold(Path(ckpt))
+                self._rebuild(job, weights, trainer_state)
                 kind = "cold"
         self.active = job
         return SwitchRecord(job, kind, time.perf_counter() - t0, out_s, out_job)
@@ -162,7 +193,7 @@ class TrainerSlot:
             host = self.store.get(job)
             if host is None:
                 raise RuntimeError(f"trainer slot {self.name}: no state of job {job} to checkpoint")
-            weights, state = host.weights, host.trainer_state
+            weights, state = host.weights, host.trainer_state()
         return str(save_checkpoint(spec.ckpt_root, version, weights, state, run_state, keep=keep))
 
     def park(self, job: str, version: int, run_state: dict, keep: int) -> str:

@@ -12,7 +12,7 @@ from roll_agentic.mux import admission
 from roll_agentic.mux.job_state import JobRecord, JobState, format_status
 from roll_agentic.mux.mux_config import MuxConfig, load_mux_config, parse_jobs
 from roll_agentic.mux.phase_board import PhaseBoard
-from roll_agentic.mux.residency import HostState, ResidencyError, ResidencyStore
+from roll_agentic.mux.residency import DeviceLayout, ResidencyError, ResidencyStore, copy_out
 from roll_agentic.mux.summary import build_summary
 from roll_agentic.train.trainer import Sample
 
@@ -89,7 +89,8 @@ def test_residency_budget_is_enforced():
     store.reserve("a", 600)
     with pytest.raises(ResidencyError, match="does not fit"):
         store.reserve("b", 600)
-    store.put("a", HostState({"w": torch.zeros(10)}, {"step": 1}))
+    lin = torch.nn.Linear(4, 4)
+    store.put("a", copy_out(DeviceLayout.of(lin, torch.optim.AdamW(lin.parameters())), 1, None))
     assert store.get("a") is not None
     store.evict("a")
     store.reserve("b", 600)

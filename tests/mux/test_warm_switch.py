@@ -1,0 +1,97 @@
+"""Warm switches copy in place and change nothing: two jobs sharing a trainer train as if alone."""
+
+from __future__ import annotations
+
+import torch
+
+from roll_agentic.config import AlgoConfig, TrainerConfig
+from roll_agentic.mux.residency import DeviceLayout, copy_in, copy_out
+from roll_agentic.train.trainer import Sample
+
+
+def _samples(seed: int) -> list[Sample]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(4):
+        ids = torch.randint(4, 500, (12,), generator=g).tolist()
+        out.append(Sample(ids, [0] * 6 + [1] * 6, [-1.0] * 12, 1.0 if i % 2 else -1.0))
+    return out
+
+
+# Two jobs with their own hyperparameters: a warm switch must restore each one's lr and decay too.
+CONFIGS = {"a": TrainerConfig(lr=1e-2, ppo_epochs=2, seed=1), "b": TrainerConfig(lr=3e-3, weight_decay=0.1, seed=2)}
+SEEDS = {"a": 0, "b": 100}
+
+
+def _slot(tiny_model_path, tmp_path, jobs):
+    from roll_agentic.mux.trainer_slot import TrainerSlot
+
+    slot = TrainerSlot("train0", budget_bytes=1 << 30)
+    for job in jobs:
+        slot.register(job, tiny_model_path, CONFIGS[job], AlgoConfig(alpha=0), 1.0, str(tmp_path / job))
+    return slot
+
+
+def _state(slot) -> tuple[dict, dict]:
+    tr = slot.trainer
+    opt = {k: {n: v.clone() for n, v in s.items()} for k, s in tr.optimizer.state_dict()["state"].items()}
+    return {k: v.clone() for k, v in tr.engine_state_dict().items()}, opt
+
+
+def _alone(tiny_model_path, tmp_path, job: str, steps: int) -> tuple[dict, dict]:
+    slot = _slot(tiny_model_path, tmp_path / f"alone-{job}", [job])
+    slot.switch_in(job)
+    for i in range(steps):
+        slot.train(job, _samples(SEEDS[job] + i))
+    return _state(slot)
+
+
+def _assert_equal(got: tuple[dict, dict], want: tuple[dict, dict]) -> None:
+    for k, v in want[0].items():
+        assert torch.equal(got[0][k], v), k
+    assert got[1].keys() == want[1].keys()
+    for k, s in want[1].items():
+        for n, v in s.items():
+            assert torch.equal(got[1][k][n], v), (k, n)
+
+
+def test_warm_switches_between_two_jobs_leave_each_bitwise_as_trained_alone(tiny_model_path, tmp_path):
+    steps = 4
+    slot = _slot(tiny_model_path, tmp_path / "shared", ["a", "b"])
+    for job in ("a", "b"):
+        slot.reserve(job, 1 << 28)
+    kinds: list[str] = []
+    device_ptrs: list[list[int]] = []
+    host_ptrs: list[list[int]] = []
+    for i in range(steps):
+        for job in ("a", "b"):
+            kinds.append(slot.switch_in(job).kind)
+            slot.train(job, _samples(SEEDS[job] + i))
+            device_ptrs.append([t.data_ptr() for t in slot._layout().tensors])
+        host_ptrs.append([t.data_ptr() for t in slot.store.get("a").tensors])
+    assert kinds[:2] == ["fresh", "fresh"] and set(kinds[2:]) == {"warm"}
+    # In place: past the first rounds no tensor is allocated on either side of a switch.
+    assert all(p == device_ptrs[-1] for p in device_ptrs[2:])
+    assert all(p == host_ptrs[-1] for p in host_ptrs)
+
+    shared_b = _state(slot)
+    slot.switch_in("a")
+    _assert_equal(_state(slot), _alone(tiny_model_path, tmp_path, "a", steps))
+    _assert_equal(shared_b, _alone(tiny_model_path, tmp_path, "b", steps))
+    assert slot.trainer.optimizer.param_groups[0]["lr"] == CONFIGS["a"].lr
+
+
+def test_copy_in_refuses_another_architecture_so_the_slot_rebuilds():
+    small = torch.nn.Linear(4, 4)
+    opt = torch.optim.AdamW(small.parameters(), lr=1e-3)
+    small(torch.ones(1, 4)).sum().backward()
+    opt.step()
+    host = copy_out(DeviceLayout.of(small, opt), step=1, host=None)
+    wide = torch.nn.Linear(4, 5)
+    assert not copy_in(DeviceLayout.of(wide, torch.optim.AdamW(wide.parameters())), host)
+
+    other = torch.nn.Linear(4, 4)
+    other_opt = torch.optim.AdamW(other.parameters(), lr=0.5)
+    assert copy_in(DeviceLayout.of(other, other_opt), host)
+    assert torch.equal(other.weight, small.weight) and other_opt.param_groups[0]["lr"] == 1e-3
+    assert torch.equal(other_opt.state[other.weight]["exp_avg"], opt.state[small.weight]["exp_avg"])
