@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -51,10 +52,33 @@ async def _engine_stats(engines: list) -> list[dict]:
     return list(await asyncio.gather(*(e.stats.remote() for e in engines)))
 
 
+def _pin_here(_instance: object, cpus: tuple[int, ...]) -> list[int]:
+    """Pins every thread of the calling process to `cpus` (threads it starts later inherit the mask)."""
+    allowed = sorted(set(cpus) & set(range(os.cpu_count() or 1)))
+    if not allowed:
+        return []
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):  # a thread that just ended
+            os.sched_setaffinity(int(tid), allowed)
+    return allowed
+
+
+async def pin_actors(actors: list, cpus: Sequence[int]) -> None:
+    """Pins Ray actors' processes to `cpus` (nothing if empty): a pool's own hardware, modelled.
+
+    RollMux's rollout and training pools are separate machines; on one machine
+    each pool gets its own cores, so one pool's phase never steals the other's
+    CPU -- in the multiplexed pass and, identically, in the solo baseline.
+    """
+    if cpus and actors and hasattr(os, "sched_setaffinity"):
+        await asyncio.gather(*(a.__ray_call__.remote(_pin_here, tuple(cpus)) for a in actors))
+
+
 class JobRunner:
     def __init__(self, cfg: Config, record: JobRecord, board: PhaseBoard, engines: dict[str, list],
-                 slots: dict[str, object], phase_timeout_s: float):
+                 slots: dict[str, object], phase_timeout_s: float, rollout_cpus: Sequence[int] = ()):
         self.cfg, self.record, self.board = cfg, record, board
+        self.rollout_cpus = tuple(rollout_cpus)  # the rollout pool's cores: the job's workers run there
         self.name = record.name
         self.engines_by_node, self.slots = engines, slots
         self.phase_timeout_s = phase_timeout_s
@@ -88,6 +112,7 @@ class JobRunner:
         await asyncio.gather(*(s.register.remote(self.name, model_path, cfg.trainer, cfg.algo, cfg.engine.temperature,
                                                  str(self.run_dir / "checkpoints")) for s in self.slots.values()))
         self._spawn_workers(rollout_nodes)
+        await pin_actors([self.router, self.buffer, *self.workers], self.rollout_cpus)
         # Workers ready before the probe: their start-up is not a rollout phase.
         await asyncio.gather(*(w.stats.remote() for w in self.workers))
 
@@ -124,6 +149,7 @@ class JobRunner:
         self.buffer = self._new_buffer()
         await self.buffer.import_state.remote(state)  # this step's tickets open now
         self._spawn_workers(nodes)
+        await pin_actors([self.buffer, *self.workers], self.rollout_cpus)
         self.worker_runs = [w.run.remote() for w in self.workers]
 
     def _new_buffer(self):

@@ -31,7 +31,7 @@ import ray
 from roll_agentic.config import Config, validate
 from roll_agentic.mux import admission
 from roll_agentic.mux.group import GroupBook
-from roll_agentic.mux.job_runner import JobRunner
+from roll_agentic.mux.job_runner import JobRunner, pin_actors
 from roll_agentic.mux.job_state import JobRecord, JobState
 from roll_agentic.mux.mux_config import JobSpec, MuxConfig
 from roll_agentic.mux.phase_board import PhaseBoard
@@ -81,6 +81,8 @@ class Multiplexer:
             self.board.add_node(name, Pool.TRAIN.value)
         await asyncio.gather(*(e.ping.remote() for es in self.engines.values() for e in es),
                              *(s.ping.remote() for s in self.slots.values()))
+        await pin_actors([e for es in self.engines.values() for e in es], m.rollout_cpus)
+        await pin_actors(list(self.slots.values()), m.train_cpus)
         self._changed = asyncio.Condition()
         self._started = True
         return True
@@ -130,7 +132,8 @@ class Multiplexer:
         return [pick(Pool.ROLLOUT)], pick(Pool.TRAIN)
 
     async def _lifecycle(self, cfg: Config, rec: JobRecord, model_path: str) -> None:
-        runner = JobRunner(cfg, rec, self.board, self.engines, self.slots, self.m.phase_timeout_s)
+        runner = JobRunner(cfg, rec, self.board, self.engines, self.slots, self.m.phase_timeout_s,
+                           self.m.rollout_cpus)
         self.runners[rec.name] = runner
         placed = False
         try:

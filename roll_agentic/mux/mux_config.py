@@ -44,6 +44,12 @@ class MuxConfig:
     # whose state exceeds it is refused; one that does not fit now waits.
     residency_budget_bytes: int = 1 << 30
     train_threads: int = 1  # torch threads of each trainer process
+    # Cores of this machine given to each pool (empty: not pinned). RollMux's
+    # pools are separate hardware; pinning the rollout pool's processes (engines,
+    # workers) and the trainer processes to disjoint cores models that on one
+    # machine, for the solo baseline and the multiplexed pass alike.
+    rollout_cpus: list[int] = field(default_factory=list)
+    train_cpus: list[int] = field(default_factory=list)
     warm_switch_s: float = 0.05  # the policy's switch cost (measured figures go to the summary)
     rollout_price_per_hour: float = 1.0
     train_price_per_hour: float = 2.85
@@ -99,6 +105,10 @@ def load_mux_config(path: str | Path, overrides: dict[str, Any] | None = None) -
     for key in ("rollout_nodes", "engines_per_node", "train_nodes", "residency_budget_bytes", "train_threads"):
         if int(getattr(cfg, key)) < 1:
             raise ConfigError(f"{key}: expected an integer >= 1, got {getattr(cfg, key)}")
+    for key in ("rollout_cpus", "train_cpus"):
+        cpus = getattr(cfg, key)
+        if not isinstance(cpus, list) or not all(isinstance(c, int) and c >= 0 for c in cpus):
+            raise ConfigError(f"{key}: expected a list of core numbers, got {cpus!r}")
     if cfg.profile_margin < 1.0:
         raise ConfigError(f"profile_margin: expected >= 1.0 (worst case), got {cfg.profile_margin}")
     return cfg
