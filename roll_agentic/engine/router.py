@@ -212,6 +212,14 @@ class Router:
     def release(self, traj_id: str) -> None:
         self.table.release(traj_id)
 
+    def assign_many(self, requests: list[tuple[str, str, int]]) -> list[int]:
+        """Several (task, traj_id, prompt_tokens) at once, decided in order (one actor call)."""
+        return [self.table.assign(task, traj_id, prompt_tokens) for task, traj_id, prompt_tokens in requests]
+
+    def release_many(self, traj_ids: list[str]) -> None:
+        for traj_id in traj_ids:
+            self.table.release(traj_id)
+
     def mark_dead(self, index: int) -> None:
         self.table.mark_dead(index)
 

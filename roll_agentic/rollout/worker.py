@@ -20,6 +20,7 @@ from envs.registry import make_text_env
 from roll_agentic import faults
 from roll_agentic.config import RewardConfig, TaskConfig
 from roll_agentic.engine.protocol import SamplingParams
+from roll_agentic.engine.router_client import CoalescingRouterClient
 from roll_agentic.rollout.conversation import Conversation, chat_format_for
 from roll_agentic.rollout.env_contract import checked
 from roll_agentic.rollout.trajectory import Ticket, Trajectory, Turn, json_scalars
@@ -51,6 +52,7 @@ class RolloutWorker:
         self.fmt = chat_format_for(AutoTokenizer.from_pretrained(model_path))
         self.engines = engines
         self.router = router
+        self.routing = CoalescingRouterClient(router)  # assign/release, batched under bursts
         self.buffer = buffer
         self.alpha = alpha
         self.temperature, self.top_p = temperature, top_p
@@ -201,7 +203,7 @@ class RolloutWorker:
             # Assigned once, when the first prompt exists: the router sizes its prefill
             # (phase-aware routing), and a slow env.reset holds no engine slot.
             if not assigned:
-                assigned.append(await self.router.assign.remote(task.name, traj_id, prompt_tokens))
+                assigned.append(await self.routing.assign(task.name, traj_id, prompt_tokens))
             return self.engines[assigned[0]]
 
         try:
@@ -215,7 +217,7 @@ class RolloutWorker:
             healthy = isinstance(err, Stale)
             raise
         finally:
-            self.router.release.remote(traj_id)  # fire and forget: nothing waits on it
+            self.routing.release(traj_id)  # fire and forget: nothing waits on it
             if healthy:
                 self._free_envs[task.name].append(env)
             else:
