@@ -19,6 +19,7 @@ class CandidateKind(StrEnum):
     PACK = "pack"  # existing nodes only: extra cost 0
     ADD_ROLLOUT = "add_rollout"  # keep the group's training nodes, open rollout nodes
     NEW_GROUP = "new_group"  # open a group of its own
+    SHARE = "share"  # share some of a group's nodes, open training nodes too (not in the paper)
     COLOCATED = "colocated"  # one pool of training-class nodes does both phases
 
 

@@ -89,8 +89,9 @@ def slo_ok(
     return _slo_met(plans, [*group.members.values(), job], spec.warm_switch_s, headroom)
 
 
-def _pack_or_add_rollout(group: Group, job: JobProfile, spec: ClusterSpec, train: list[int],
-                         rollout: list[int]) -> list[Placement]:
+def _pack_or_add_rollout(
+    group: Group, job: JobProfile, spec: ClusterSpec, train: list[int], rollout: list[int]
+) -> list[Placement]:
     """Reuse the least-loaded rollout nodes, adding 0..n_rollout new ones (new ones cost)."""
     out: list[Placement] = []
     for k_new in range(job.n_rollout + 1):
@@ -163,8 +164,16 @@ def _view(group: Group, spec: ClusterSpec) -> _GroupView:
     saturated = top >= cycle or any(p.colocated for p in group.pinning.values())
     budget = min(p.slo * p.solo_iter_s for p in group.members.values())
     return _GroupView(
-        tuple(group.pinning), plans, load, cycle, top, sum(load.values()), budget,
-        order(Pool.TRAIN), order(Pool.ROLLOUT), saturated,
+        tuple(group.pinning),
+        plans,
+        load,
+        cycle,
+        top,
+        sum(load.values()),
+        budget,
+        order(Pool.TRAIN),
+        order(Pool.ROLLOUT),
+        saturated,
     )
 
 
@@ -195,6 +204,11 @@ class RollMuxPolicy(RoundRobinPhases):
     # all met) but on 2,000 jobs it left 0.25 % of them short of their SLO
     # (vs 0.05 % without), as movers re-enter FIFOs mid-rhythm.
     regroup: bool = False
+    # Beyond the paper's three kinds: let a job share any subset of a
+    # group's nodes and open the rest in either pool (e.g. a 2-training-node
+    # job joining a 1-training-node group). The brute-force optimum searches
+    # this space; see sim/optimal.py for what it buys.
+    share_any: bool = False
     name: str = "rollmux"
     _views: dict[int, _GroupView] = field(default_factory=dict, repr=False)
 
@@ -208,67 +222,80 @@ class RollMuxPolicy(RoundRobinPhases):
         """The hot path: runs once per arrival over every group.
 
         Every candidate of a group reuses the group's least-loaded training
-        nodes and the `reuse` least-loaded rollout nodes, so its loads follow
-        from the cached view without copying it: only the nodes it touches
-        change, and they only grow. Placements are built for the winner only.
+        nodes and least-loaded rollout nodes, so its loads follow from the
+        cached view without copying it: only the nodes it touches change,
+        and they only grow. Placements are built for the winner only.
         """
         spec = self.spec
         fallback = new_group_placement(job, spec)
         switch = spec.warm_switch_s
         t = phase_times(job, job.n_rollout, job.n_train, False, spec)  # any pinning: same counts
         roll_add, train_add = t.roll_s + switch, t.train_s + switch
-        job_budget = job.slo * job.solo_iter_s
-        price_r = spec.price(Pool.ROLLOUT)
-        ranked: list[tuple[tuple[float, bool, float, int], Group, int, tuple[int, ...]]] = []
+        job_budget = job.slo * job.solo_iter_s / (1.0 + self.headroom)
+        price_r, price_t = spec.price(Pool.ROLLOUT), spec.price(Pool.TRAIN)
+        # Training nodes a candidate may open: none in the paper's kinds.
+        t_new_max = job.n_train if self.share_any else 0
+        ranked: list[tuple[tuple[float, bool, float, int], Group, int, int, tuple[int, ...]]] = []
         for group in groups.values():
             view = self._group_view(group)
             if view.saturated:  # no idle phase left to fill
                 continue
             nodes = group.nodes
             train = [n for n in view.train_order if nodes[n].mem_free_gb >= job.train_mem_gb]
-            if len(train) < job.n_train:
-                continue
-            train = train[: job.n_train]
+            rollout = [n for n in view.rollout_order if nodes[n].mem_free_gb >= job.rollout_mem_gb]
             cycle = max(view.cycle, t.iter_s)
             limit = self.max_load * cycle
-            train_top = max(view.load[n] for n in train) + train_add
-            if train_top > limit:  # its training does not fit the idle time
-                continue
-            likely = cycle <= view.budget and cycle <= job_budget
-            if not likely and self.screen:
-                # The paper's estimate (in an unsaturated group everyone runs
-                # at the longest solo cycle) screens candidates before the
-                # simulated check; a candidate it rejects is rarely feasible.
-                continue
-            rollout = [n for n in view.rollout_order if nodes[n].mem_free_gb >= job.rollout_mem_gb]
-            base = view.sum_load + job.n_train * train_add
-            for k_new in range(job.n_rollout + 1):
-                reuse = job.n_rollout - k_new
-                if reuse > len(rollout):
+            budget = min(view.budget / (1.0 + self.headroom), job_budget)
+            for t_new in range(t_new_max + 1):
+                t_reuse = job.n_train - t_new
+                if t_reuse > len(train):
                     continue
-                top = max(view.max_load, train_top, roll_add)
-                if reuse:
-                    top = max(top, view.load[rollout[reuse - 1]] + roll_add)
-                if top > limit:
-                    continue
-                tight = (base + job.n_rollout * roll_add) / (len(view.load) + k_new) / cycle
-                key = (k_new * price_r, not likely, -tight, len(ranked))
-                ranked.append((key, group, k_new, tuple(rollout[:reuse]) + tuple(train)))
+                train_top = view.load[train[t_reuse - 1]] + train_add if t_reuse else train_add
+                base = view.sum_load + job.n_train * train_add + job.n_rollout * roll_add
+                for r_new in range(job.n_rollout + 1):
+                    r_reuse = job.n_rollout - r_new
+                    if r_reuse > len(rollout) or r_reuse + t_reuse == 0:
+                        continue  # sharing nothing is a new group
+                    extra = r_new * price_r + t_new * price_t
+                    if extra >= fallback.extra_cost_per_hour:
+                        continue  # no cheaper than a group of its own
+                    top = max(view.max_load, train_top, roll_add)
+                    if r_reuse:
+                        top = max(top, view.load[rollout[r_reuse - 1]] + roll_add)
+                    if top > limit:
+                        continue
+                    # The paper's estimate: an unsaturated group runs at its
+                    # longest solo cycle; past saturation, at its busiest
+                    # node's load. It screens candidates before the
+                    # simulated check; one it rejects is rarely feasible.
+                    likely = max(cycle, top) <= budget
+                    if not likely and self.screen:
+                        continue
+                    tight = base / (len(view.load) + r_new + t_new) / max(cycle, top)
+                    key = (extra, not likely, -tight, len(ranked))
+                    pinned = tuple(rollout[:r_reuse]) + tuple(train[:t_reuse])
+                    ranked.append((key, group, r_new, t_new, pinned))
         ranked.sort(key=lambda r: r[0])
-        for checks, (key, group, k_new, pinned) in enumerate(ranked):
-            if key[0] >= fallback.extra_cost_per_hour or checks >= self.max_checks:
+        for checks, (key, group, r_new, t_new, pinned) in enumerate(ranked):
+            if checks >= self.max_checks:
                 break
-            reused, train = pinned[: job.n_rollout - k_new], pinned[job.n_rollout - k_new :]
+            reused, train_ids = pinned[: job.n_rollout - r_new], pinned[job.n_rollout - r_new :]
             fresh = max(group.nodes) + 1
-            plan = MemberPlan(t, reused + tuple(range(fresh, fresh + k_new)), train)
+            plan = MemberPlan(
+                t,
+                reused + tuple(range(fresh, fresh + r_new)),
+                train_ids + tuple(range(fresh + r_new, fresh + r_new + t_new)),
+            )
             view = self._views[group.group_id]
             if _slo_met([*view.plans, plan], [*group.members.values(), job], switch, self.headroom):
+                kind = CandidateKind.PACK if key[0] == 0 else CandidateKind.ADD_ROLLOUT
                 return Placement(
-                    CandidateKind.PACK if k_new == 0 else CandidateKind.ADD_ROLLOUT,
+                    kind if t_new == 0 else CandidateKind.SHARE,
                     group.group_id,
                     rollout_nodes=reused,
-                    train_nodes=train,
-                    new_rollout=k_new,
+                    train_nodes=train_ids,
+                    new_rollout=r_new,
+                    new_train=t_new,
                     extra_cost_per_hour=key[0],
                 )
         for gid in [g for g in self._views if g not in groups]:

@@ -58,7 +58,9 @@ def _compare(args: argparse.Namespace) -> int:
 def _optimality(args: argparse.Namespace) -> int:
     from roll_agentic.sim.compare import optimality
 
-    doc = optimality(args.instances, args.jobs, args.seed, node_budget=args.budget)
+    doc = optimality(
+        args.instances, args.jobs, args.seed, node_budget=args.budget, share_any=args.share_any
+    )
     rows = [f"{'#':>3} {'jobs':>4} {'rollmux/optimal':>16} {'rollmux SLO':>12}"]
     for i, r in enumerate(doc["per_instance"]):
         rows.append(f"{i:>3} {r['jobs']:>4} {r['ratio']:>16.3f} {r['rollmux_slo']:>12.2f}")
@@ -125,9 +127,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument(
         "--budget",
         type=int,
-        default=30_000,
-        help="search states per instance; past it the optimum is the best found "
-        "(reported as search_complete=false)",
+        default=10_000,
+        help="placements the search may try per instance (each one a memoised round-robin "
+        "run); past it the optimum is the best found (reported as search_complete=false)",
+    )
+    p.add_argument(
+        "--share-any",
+        action="store_true",
+        help="let RollMux share any subset of a group's nodes and open training nodes too "
+        "(beyond the paper's three candidate kinds)",
     )
     p.set_defaults(func=_optimality)
 

@@ -10,13 +10,18 @@ Objective: cost per unit of work, i.e. $/h of all nodes divided by the
 summed progress rates sum_k T_k(solo) / T_k(co-run), so that slowing a job
 down is not free. Branch and bound: $/h only grows as jobs are added and no
 rate exceeds 1, so cost_so_far / n_jobs bounds any completion from below.
+Nodes of a group holding the same jobs are interchangeable, so a choice of
+existing nodes is a count per such class (an exact symmetry cut). The
+budget counts placements tried: each is one memoised round-robin run, the
+unit of time here. Feasibility is RollMux's own (`memory_ok`, the SLO check
+with its headroom); the space is wider than RollMux's on purpose: this is
+the optimum of the placement problem, not of RollMux's candidate set.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import combinations
 
 from roll_agentic.mux.group import CandidateKind, Group, GroupBook, Placement
 from roll_agentic.mux.placement import memory_ok, new_group_placement
@@ -69,20 +74,43 @@ class _GroupCache:
         return hit
 
 
+def _choices(classes: list[list[int]], k: int) -> list[tuple[int, ...]]:
+    """Every way to pick `k` nodes, up to swapping nodes of one class.
+
+    Nodes of a pool that hold the same jobs are interchangeable (same
+    memory left, same FIFO partners), so a choice is how many to take from
+    each class: the first ones of it, by ordinal.
+    """
+    if not classes:
+        return [()] if k == 0 else []
+    head, rest = classes[0], classes[1:]
+    out = []
+    for m in range(min(k, len(head)), -1, -1):
+        out += [tuple(head[:m]) + tail for tail in _choices(rest, k - m)]
+    return out
+
+
+def _classes(group: Group, pool: Pool) -> list[list[int]]:
+    by_jobs: dict[tuple[str, ...], list[int]] = {}
+    for i, node in enumerate(group.nodes.values()):
+        if node.pool is pool:
+            by_jobs.setdefault(tuple(sorted(node.jobs)), []).append(i)
+    return list(by_jobs.values())
+
+
 def _steps(book: GroupBook, job: JobProfile) -> list[Step]:
     out = [Step(None, (), (), job.n_rollout, job.n_train)]
     for gi, group in enumerate(book.groups.values()):
         if any(p.colocated for p in group.pinning.values()):
             continue
-        ids = list(group.nodes)
-        r_ids = [i for i, nid in enumerate(ids) if group.nodes[nid].pool is Pool.ROLLOUT]
-        t_ids = [i for i, nid in enumerate(ids) if group.nodes[nid].pool is Pool.TRAIN]
-        for k_t in range(min(job.n_train, len(t_ids)), -1, -1):
-            for k_r in range(min(job.n_rollout, len(r_ids)), -1, -1):
+        r_cls, t_cls = _classes(group, Pool.ROLLOUT), _classes(group, Pool.TRAIN)
+        n_r, n_t = sum(map(len, r_cls)), sum(map(len, t_cls))
+        for k_t in range(min(job.n_train, n_t), -1, -1):
+            for k_r in range(min(job.n_rollout, n_r), -1, -1):
                 if k_t == 0 and k_r == 0:
                     continue  # nothing shared: that is a new group
-                for ts in combinations(t_ids, k_t):
-                    for rs in combinations(r_ids, k_r):
+                for ts in _choices(t_cls, k_t):
+                    for rs in _choices(r_cls, k_r):
                         out.append(Step(gi, rs, ts, job.n_rollout - k_r, job.n_train - k_t))
     return out
 
@@ -93,8 +121,9 @@ def to_placement(book: GroupBook, step: Step, job: JobProfile, spec: ClusterSpec
     group = list(book.groups.values())[step.group]
     ids = list(group.nodes)
     extra = step.new_rollout * spec.price(Pool.ROLLOUT) + step.new_train * spec.price(Pool.TRAIN)
+    kind = CandidateKind.PACK if extra == 0 else CandidateKind.ADD_ROLLOUT
     return Placement(
-        CandidateKind.PACK if extra == 0 else CandidateKind.ADD_ROLLOUT,
+        CandidateKind.SHARE if step.new_train else kind,
         group.group_id,
         rollout_nodes=tuple(ids[i] for i in step.rollout),
         train_nodes=tuple(ids[i] for i in step.train),
@@ -128,9 +157,7 @@ def solve(
     seen: set[tuple] = set()
 
     def dfs(i: int, cost: float) -> None:
-        best.visited += 1
-        if best.visited > node_budget:
-            best.complete = False
+        if not best.complete:
             return
         if cost / n >= best.objective:
             return
@@ -150,6 +177,12 @@ def solve(
         for step, p in steps:
             if p.group_id is not None and not memory_ok(book.groups[p.group_id], job, p):
                 continue
+            # The budget counts placements tried, each one a (memoised)
+            # round-robin run: that, not the depth, is what costs time.
+            best.visited += 1
+            if best.visited > node_budget:
+                best.complete = False
+                return
             group, _ = book.apply(p, job)
             if cache.assess(group)[0]:
                 path.append(step)

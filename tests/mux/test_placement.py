@@ -111,3 +111,18 @@ def test_all_members_keep_their_slo_in_the_plan():
         periods = evaluate_round_robin(members_of(g, SPEC), switch_s=SPEC.warm_switch_s)
         for p, t in zip(g.members.values(), periods, strict=True):
             assert t <= p.slo * p.solo_iter_s
+
+
+def test_share_any_opens_a_training_node_beside_a_shared_one():
+    # A 1+1 job's group cannot host a 2-training-node job in the paper's kinds
+    # (its one training node is not enough); with share_any the newcomer
+    # shares the training node and opens a second.
+    small = job(0, rho=0.3, length=1800.0, slo=2.0)
+    big = job(1, rho=0.75, length=1800.0, slo=2.0, n_r=2, n_t=2)
+    book = place_all(RollMuxPolicy(SPEC), [small])
+    assert RollMuxPolicy(SPEC).place(book.groups, big).kind is CandidateKind.NEW_GROUP
+    p = RollMuxPolicy(SPEC, share_any=True).place(book.groups, big)
+    assert p.kind is CandidateKind.SHARE and p.new_train == 1 and len(p.train_nodes) == 1
+    assert p.extra_cost_per_hour < big.solo_cost_per_hour(SPEC)
+    group = book.groups[p.group_id]
+    assert slo_ok(group, big, p, SPEC, headroom=0.10) and memory_ok(group, big, p)

@@ -86,3 +86,25 @@ def test_cli_affinity_and_human_table(capsys):
     cli.main(["compare", "--jobs", "6", "--seed", "1"])
     out = capsys.readouterr().out
     assert "rollmux" in out and "SLO met" in out
+
+
+def test_the_optimum_obeys_rollmux_feasibility_rules_and_its_budget():
+    from roll_agentic.mux.group import GroupBook
+    from roll_agentic.mux.round_robin import evaluate_round_robin, members_of
+    from roll_agentic.sim.optimal import to_placement
+
+    jobs = [prof(i, rho, slo=s) for i, (rho, s) in enumerate([(0.7, 1.2), (0.3, 1.9), (0.6, 1.1)])]
+    sol = solve(jobs, SPEC)
+    assert sol.complete
+    book = GroupBook(SPEC)
+    for step, j in zip(sol.steps, jobs, strict=True):
+        book.apply(to_placement(book, step, j, SPEC), j)
+    for g in book.groups.values():  # the SLO check with RollMux's 10 % headroom
+        if len(g.members) > 1:
+            periods = evaluate_round_robin(members_of(g, SPEC), switch_s=SPEC.warm_switch_s)
+            ok = zip(periods, g.members.values(), strict=True)
+            assert all(t * 1.1 <= p.slo * p.solo_iter_s for t, p in ok)
+        assert all(n.mem_used_gb <= n.mem_capacity_gb for n in g.nodes.values())
+    capped = solve(jobs, SPEC, node_budget=3)
+    # Placements tried, then stop (each open level notices once on its way out).
+    assert not capped.complete and capped.visited <= 3 + len(jobs)
