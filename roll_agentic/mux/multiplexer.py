@@ -77,7 +77,7 @@ class Multiplexer:
         slot_cls = ray.remote(num_cpus=0, max_concurrency=1)(TrainerSlot)
         for t in range(m.train_nodes):
             name = f"train{t}"
-            self.slots[name] = slot_cls.remote(name, m.residency_budget_bytes, m.train_threads)
+            self.slots[name] = slot_cls.remote(name, m.residency_budget_bytes, m.train_threads, m.flush_denormal)
             self.board.add_node(name, Pool.TRAIN.value)
         await asyncio.gather(*(e.ping.remote() for es in self.engines.values() for e in es),
                              *(s.ping.remote() for s in self.slots.values()))

@@ -60,8 +60,9 @@ class SwitchRecord:
 
 
 class TrainerSlot:
-    def __init__(self, name: str, budget_bytes: int, threads: int = 1):
+    def __init__(self, name: str, budget_bytes: int, threads: int = 1, flush_denormal: bool = False):
         torch.set_num_threads(max(1, threads))
+        self.flush_denormal = flush_denormal
         self.name = name
         self.store = ResidencyStore(budget_bytes)
         self.jobs: dict[str, SlotJob] = {}
@@ -166,7 +167,10 @@ class TrainerSlot:
         return self.trainer
 
     def train(self, job: str, samples: list[Sample]) -> dict[str, float]:
-        return self._active(job).train_step(samples)
+        tr = self._active(job)
+        # The flag lives in the calling thread's FPU state, so it is set where the step runs.
+        torch.set_flush_denormal(self.flush_denormal)
+        return tr.train_step(samples)
 
     def write_weights(self, job: str, path: str) -> float:
         """The write half of weight sync: the engines load this file at the job's next rollout."""
