@@ -14,7 +14,7 @@ from roll_agentic.mux.mux_config import MuxConfig, load_mux_config, parse_jobs
 from roll_agentic.mux.phase_board import PhaseBoard
 from roll_agentic.mux.residency import DeviceLayout, ResidencyError, ResidencyStore, copy_out
 from roll_agentic.mux.summary import build_summary
-from roll_agentic.train.trainer import Sample
+from tests.mux.samples import random_samples
 
 
 def _board() -> PhaseBoard:
@@ -158,14 +158,6 @@ def test_summary_compares_the_multiplexed_pass_with_the_solo_one():
         assert key in s
 
 
-def _samples(seed: int) -> list[Sample]:
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(4):
-        ids = torch.randint(4, 500, (12,), generator=g).tolist()
-        out.append(Sample(ids, [0] * 6 + [1] * 6, [-1.0] * 12, 1.0 if i % 2 else -1.0))
-    return out
-
 
 def test_trainer_slot_swaps_jobs_warm_from_host_and_cold_from_disk(tiny_model_path, tmp_path):
     from roll_agentic.mux.trainer_slot import TrainerSlot
@@ -175,13 +167,13 @@ def test_trainer_slot_swaps_jobs_warm_from_host_and_cold_from_disk(tiny_model_pa
     for job in ("a", "b"):
         slot.register(job, tiny_model_path, tcfg, AlgoConfig(alpha=0), 1.0, str(tmp_path / job))
     assert slot.switch_in("a").kind == "fresh"
-    slot.train("a", _samples(0))
+    slot.train("a", random_samples(0))
     slot.reserve("a", slot.state_bytes("a")[0])
     a_weights = {k: v.clone() for k, v in slot.trainer.engine_state_dict().items()}
     a_moments = {k: v["exp_avg"].clone() for k, v in slot.trainer.optimizer.state_dict()["state"].items()}
 
     assert slot.switch_in("b").kind == "fresh"  # a is copied out to host memory
-    slot.train("b", _samples(1))
+    slot.train("b", random_samples(1))
     slot.park("b", 1, {"buffer": {}}, keep=1)  # b is not resident: on disk only
 
     rec = slot.switch_in("a")
@@ -190,7 +182,7 @@ def test_trainer_slot_swaps_jobs_warm_from_host_and_cold_from_disk(tiny_model_pa
         assert torch.equal(v, a_weights[k])
     for k, v in slot.trainer.optimizer.state_dict()["state"].items():
         assert torch.equal(v["exp_avg"], a_moments[k])
-    slot.train("a", _samples(2))  # training the device copy leaves the host copy alone
+    slot.train("a", random_samples(2))  # training the device copy leaves the host copy alone
     assert torch.equal(slot.store.get("a").weights["model.norm.weight"], a_weights["model.norm.weight"])
 
     assert slot.switch_in("b").kind == "cold"

@@ -6,17 +6,7 @@ import torch
 
 from roll_agentic.config import AlgoConfig, TrainerConfig
 from roll_agentic.mux.residency import DeviceLayout, copy_in, copy_out
-from roll_agentic.train.trainer import Sample
-
-
-def _samples(seed: int) -> list[Sample]:
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(4):
-        ids = torch.randint(4, 500, (12,), generator=g).tolist()
-        out.append(Sample(ids, [0] * 6 + [1] * 6, [-1.0] * 12, 1.0 if i % 2 else -1.0))
-    return out
-
+from tests.mux.samples import random_samples
 
 # Two jobs with their own hyperparameters: a warm switch must restore each one's lr and decay too.
 CONFIGS = {"a": TrainerConfig(lr=1e-2, ppo_epochs=2, seed=1), "b": TrainerConfig(lr=3e-3, weight_decay=0.1, seed=2)}
@@ -42,7 +32,7 @@ def _alone(tiny_model_path, tmp_path, job: str, steps: int) -> tuple[dict, dict]
     slot = _slot(tiny_model_path, tmp_path / f"alone-{job}", [job])
     slot.switch_in(job)
     for i in range(steps):
-        slot.train(job, _samples(SEEDS[job] + i))
+        slot.train(job, random_samples(SEEDS[job] + i))
     return _state(slot)
 
 
@@ -66,7 +56,7 @@ def test_warm_switches_between_two_jobs_leave_each_bitwise_as_trained_alone(tiny
     for i in range(steps):
         for job in ("a", "b"):
             kinds.append(slot.switch_in(job).kind)
-            slot.train(job, _samples(SEEDS[job] + i))
+            slot.train(job, random_samples(SEEDS[job] + i))
             device_ptrs.append([t.data_ptr() for t in slot._layout().tensors])
         host_ptrs.append([t.data_ptr() for t in slot.store.get("a").tensors])
     assert kinds[:2] == ["fresh", "fresh"] and set(kinds[2:]) == {"warm"}
