@@ -31,7 +31,7 @@ def _rollout_steps(buffer_cls, buffer_args, task, model_path, engine, steps: int
     router = ray.remote(num_cpus=0)(Router).remote([("default", "any")], {task.name: "default"})
     buffer = ray.remote(num_cpus=0)(buffer_cls).remote(*buffer_args)
     actors = [ray.remote(num_cpus=0)(RolloutWorker).remote(
-        i, [task], model_path, [engine], router, buffer, 0, 1.0, 1.0, 4096, RewardConfig(mode="local"), "",
+        i, [task], model_path, [engine], router, buffer, 0, 1.0, 1.0, 2048, RewardConfig(mode="local"), "",
         groups_in_flight, 60.0) for i in range(workers)]
     runs = [w.run.remote() for w in actors]
     p0 = buffer_args[1]
@@ -69,7 +69,8 @@ def stream_update_diff(model_path: str, groups: list) -> float:
                                                          strict=True) if isinstance(a, torch.Tensor))
 
 
-def run(backend: str, prompts: int, responses: int, steps: int, eta: float, workers: int) -> dict:
+def run(backend: str, prompts: int, responses: int, steps: int, eta: float, workers: int,
+        prompt_sigma: float = 1.2, response_sigma: float = 0.4) -> dict:
     from roll_agentic.cluster import init_ray
     from roll_agentic.config import EngineConfig, RayConfig, TaskConfig
     from roll_agentic.engine.factory import resolve_backend
@@ -83,9 +84,10 @@ def run(backend: str, prompts: int, responses: int, steps: int, eta: float, work
     started = init_ray(RayConfig())
     try:
         task = TaskConfig(name="tail", env_id="envs.tail_turns:TailTurnsEnv", max_turns=64, reward="env_return",
-                          group_size=responses, max_new_tokens=8)
+                          group_size=responses, max_new_tokens=8,
+                          env_kwargs={"prompt_sigma": prompt_sigma, "response_sigma": response_sigma})
         engine = engine_actor_class(num_cpus=1).remote(backend, model_path, EngineConfig(max_batch=256,
-                                                                                        max_model_len=4096))
+                                                                                        max_model_len=2048))
         ray.get(engine.ping.remote())
         share = [TaskShare("tail", 1.0, responses)]
         in_flight = max(2, int(prompts * eta) // workers + 1)
@@ -99,7 +101,8 @@ def run(backend: str, prompts: int, responses: int, steps: int, eta: float, work
         sync_s, tail_s = statistics.fmean(sync_t), statistics.fmean(tail_t)
         return {
             "backend": backend, "prompts_per_step": prompts, "responses_per_prompt": responses, "steps": steps,
-            "eta": eta, "sync_rollout_s_per_step": round(sync_s, 3), "tail_rollout_s_per_step": round(tail_s, 3),
+            "eta": eta, "prompt_sigma": prompt_sigma, "response_sigma": response_sigma,
+            "sync_rollout_s_per_step": round(sync_s, 3), "tail_rollout_s_per_step": round(tail_s, 3),
             "sync_step_s": [round(x, 2) for x in sync_t], "tail_step_s": [round(x, 2) for x in tail_t],
             "rounds_short": tail_m["tail/rounds_short"], "rounds_long": tail_m["tail/rounds_long"],
             "aborted_prompts": tail_m["tail/aborted_prompts"], "long_queue_at_end": tail_m["tail/long_queue"],
@@ -115,7 +118,8 @@ def run(backend: str, prompts: int, responses: int, steps: int, eta: float, work
 def _main(args) -> int:
     from roll_agentic.bench.cli import report
 
-    return report(run(args.backend, args.prompts, args.responses, args.steps, args.eta, args.workers), args.json)
+    return report(run(args.backend, args.prompts, args.responses, args.steps, args.eta, args.workers,
+                      args.prompt_sigma, args.response_sigma), args.json)
 
 
 def add_parser(subparsers) -> None:
@@ -126,5 +130,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--steps", type=int, default=15, help="steps measured per mode")
     p.add_argument("--eta", type=float, default=1.25, help="short-round over-provisioning")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--prompt-sigma", type=float, default=1.2, help="log-normal spread of episode length per prompt")
+    p.add_argument("--response-sigma", type=float, default=0.4,
+                   help="log-normal spread of episode length between responses of one prompt")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=_main)
