@@ -11,6 +11,7 @@ versions behind is restarted; one whose engine dies is moved to another.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -129,13 +130,32 @@ class RolloutWorker:
         return free.pop() if free else make_text_env(task.env_id, task.env_kwargs)
 
     async def _env_call(self, fn, *args, **kwargs):
+        # One executor future and one timer per call, not wait_for(to_thread(...)):
+        # that wraps each call in an extra task and context copy, and with 64
+        # episodes stepping at once the event loop's share of a hop went from
+        # ~2 ms to ~6 ms (measured on a no-op env) -- latency every turn pays.
+        call = faults.env_call(checked(fn))  # wrong types from the env are its failure, not the engine's
+        loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(None, functools.partial(call, *args, **kwargs))
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            if not fut.done():  # the thread runs on (it cannot be killed); the episode stops waiting
+                expired = True
+                fut.cancel()
+
+        timer = loop.call_later(self.env_step_timeout_s, expire)
         try:
-            call = faults.env_call(checked(fn))  # wrong types from the env are its failure, not the engine's
-            return await asyncio.wait_for(asyncio.to_thread(call, *args, **kwargs), self.env_step_timeout_s)
-        except TimeoutError as err:
-            raise EnvFailure(f"env call {fn.__name__} exceeded {self.env_step_timeout_s}s") from err
+            return await fut
+        except asyncio.CancelledError:
+            if expired:
+                raise EnvFailure(f"env call {fn.__name__} exceeded {self.env_step_timeout_s}s") from None
+            raise  # the episode itself was cancelled (aborted)
         except Exception as err:  # an env's own bug must cost one episode, not the worker
             raise EnvFailure(f"env call {fn.__name__} raised {type(err).__name__}: {err}") from err
+        finally:
+            timer.cancel()
 
     # -- one episode --------------------------------------------------------------------
     async def _episode(self, ticket: Ticket, index: int) -> Trajectory:

@@ -88,3 +88,21 @@ def test_trajectory_beyond_the_staleness_bound_is_aborted_and_restarted(tiny_mod
         for traj in group:  # restarted: every turn on the new weights
             assert traj.start_version == 1 and {t.weight_version for t in traj.turns} == {1}
     asyncio.run(main())
+
+
+def test_an_env_step_past_its_timeout_fails_the_episode_not_the_worker(tiny_model_path):
+    async def main():
+        engine, buffer, worker = _setup(tiny_model_path, alpha=1, delay=1.0)
+        worker.env_step_timeout_s = 0.2
+        run = asyncio.ensure_future(worker.run())
+        await asyncio.sleep(2.5)  # every attempt's first step hangs for 1 s: timed out at 0.2 s
+        counters = dict(worker.counters)
+        await buffer.stop()
+        await worker.stop()
+        await asyncio.wait_for(run, 30)  # the worker itself keeps going and stops cleanly
+        return counters, buffer.metrics()
+
+    counters, metrics = asyncio.run(main())
+    # Without the timeout every attempt would simply finish after 3 s: no failure at all.
+    assert counters["env_failures"] >= 4  # each attempt cut at 0.2 s, then retried
+    assert metrics["buffer/trajectories_failed"] >= 1  # out of retries: the episode failed, the worker went on
