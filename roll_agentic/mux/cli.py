@@ -73,16 +73,24 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _connect(args: argparse.Namespace):
+    """The running multiplexer's handle, or None after saying why there is none."""
+    from roll_agentic.mux.session import connect
+
+    try:
+        return connect(_address(args))
+    except FileNotFoundError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     import ray
 
     from roll_agentic.mux.job_state import format_status
-    from roll_agentic.mux.session import connect
 
-    try:
-        mux = connect(_address(args))
-    except FileNotFoundError as err:
-        print(f"error: {err}", file=sys.stderr)
+    mux = _connect(args)
+    if mux is None:
         return 2
     snap = ray.get(mux.status.remote())
     print(json.dumps(snap, indent=1, default=str) if args.json else format_status(snap))
@@ -92,12 +100,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_cancel(args: argparse.Namespace) -> int:
     import ray
 
-    from roll_agentic.mux.session import connect
 
-    try:
-        mux = connect(_address(args))
-    except FileNotFoundError as err:
-        print(f"error: {err}", file=sys.stderr)
+    mux = _connect(args)
+    if mux is None:
         return 2
     ok = ray.get(mux.cancel.remote(args.name))
     print(f"{args.name}: {'cancelled' if ok else 'not running'}")
