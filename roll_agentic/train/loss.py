@@ -43,14 +43,20 @@ def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: f
 
 
 def token_logprobs_and_entropy(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0,
-                               with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """As `token_logprobs`, plus the entropy of the distribution each token was drawn from, (B, T)."""
+                               with_entropy: bool = True, entropy_grad: bool = True
+                               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """As `token_logprobs`, plus the entropy of the distribution each token was drawn from, (B, T).
+
+    With `entropy_grad=False` the entropy is a metric only: computed without
+    autograd, so it keeps no (B, T, V) activations alive for the backward pass.
+    """
     lp = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)  # (B, T-1, V)
     picked = lp.gather(-1, token_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
     zero = torch.zeros_like(picked[:, :1])
     entropy = None
     if with_entropy:
-        entropy = torch.cat([zero, -(lp.exp() * lp).sum(-1)], dim=1)  # (B, T)
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = torch.cat([zero.detach(), -(lp.exp() * lp).sum(-1)], dim=1)  # (B, T)
     return torch.cat([zero, picked], dim=1), entropy
 
 

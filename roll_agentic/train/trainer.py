@@ -92,7 +92,8 @@ class PolicyTrainer:
         adv = torch.tensor([s.advantage for s in part], dtype=torch.float32, device=self.device)  # (B,)
         attn = _pad([[1] * len(s.token_ids) for s in part], 0).to(self.device)
         logits = self.model(input_ids=ids, attention_mask=attn).logits  # (B, T, V)
-        lp, entropy = token_logprobs_and_entropy(logits, ids, self.temperature)  # (B, T) each
+        lp, entropy = token_logprobs_and_entropy(  # (B, T) each; entropy is a bare metric unless rewarded
+            logits, ids, self.temperature, entropy_grad=self.algo.entropy_coef > 0)
         ref = None
         if self.ref_model is not None:
             with torch.no_grad():
