@@ -66,7 +66,7 @@ def _wait_in_flight(worker, target: int, timeout_s: float) -> int:
 
     deadline, seen = time.monotonic() + timeout_s, 0
     while time.monotonic() < deadline:
-        seen = max(seen, ray.get(worker.stats.remote())["in_flight"])
+        seen = max(seen, ray.get(worker.stats.remote(), timeout=timeout_s)["in_flight"])
         if seen >= target:
             break
         time.sleep(0.1)
@@ -95,6 +95,10 @@ def load_test(trajectories: int = 1000, rounds: int = 3, seed: int = 0, model_pa
     started = init_ray(RayConfig(num_cpus=8))
     out = {"trajectories_in_flight_target": trajectories, "rounds": rounds, "ok": False, "error": ""}
     actors: list = []
+
+    def get(ref):  # every wait is bounded: a stuck actor is this benchmark's finding, never a hang
+        return ray.get(ref, timeout=timeout_s)
+
     try:
         with RssSampler() as rss:
             engine = engine_actor_class(1.0).remote("hf", model_path, EngineConfig(backend="hf", max_batch=128),
@@ -106,25 +110,25 @@ def load_test(trajectories: int = 1000, rounds: int = 3, seed: int = 0, model_pa
                 0, [task], model_path, [engine], router, buffer, 0, 1.0, 1.0, 512, RewardConfig(mode="local"),
                 "", groups, 30.0)
             actors = [engine, router, buffer, worker]
-            ray.get(engine.ping.remote())
-            ray.get(engine.sleep.remote())  # round 1: nothing finishes until all are in flight
+            get(engine.ping.remote())
+            get(engine.sleep.remote())  # round 1: nothing finishes until all are in flight
             run = worker.run.remote()
             out["peak_in_flight"] = _wait_in_flight(worker, trajectories, timeout_s)
-            ray.get(engine.wake.remote())
+            get(engine.wake.remote())
             t0, served, bad, rss_by_round = time.monotonic(), 0, 0, []
             for r in range(rounds):
-                batch = ray.get(buffer.get_batch.remote(groups, 0), timeout=timeout_s)
+                batch = get(buffer.get_batch.remote(groups, 0))
                 served += sum(len(g) for g in batch)
                 bad += sum(1 for g in batch for t in g if t.status != STATUS_OK) + (groups - len(batch))
                 rss_by_round.append(round(rss.sample(), 1))
                 if r + 1 < rounds:
-                    ray.get(buffer.advance.remote(0))  # next round's tickets, same weights
+                    get(buffer.advance.remote(0))  # next round's tickets, same weights
             elapsed = time.monotonic() - t0
-            ray.get(buffer.stop.remote())
-            ray.get(worker.stop.remote())
-            ray.get(run, timeout=timeout_s)
-            stats = ray.get(worker.stats.remote())
-            m = ray.get(buffer.metrics.remote())
+            get(buffer.stop.remote())
+            get(worker.stop.remote())
+            get(run)
+            stats = get(worker.stats.remote())
+            m = get(buffer.metrics.remote())
         failures = stats["engine_failures"] + stats["env_failures"] + int(m["buffer/trajectories_failed"]) + bad
         out.update({
             "trajectories": served, "seconds": round(elapsed, 2),

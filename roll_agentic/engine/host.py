@@ -140,7 +140,16 @@ def _weights_before_restart() -> tuple[int, str] | None:
         return None
 
 
+# Ray counts every running call of an async actor against max_concurrency, waiting
+# generate calls included. At Ray's default of 1,000, 1,000 requests waiting on a
+# sleeping engine left no slot for the `wake` that would free them (a deadlock, seen
+# in CI), and weight loads and aborts queued behind generation. Waiting calls cost
+# ~50 KB each, so the limit is set where no real rollout reaches it; what bounds the
+# engine's work is its own batch (`engine.max_batch`), not this.
+ENGINE_ACTOR_MAX_CONCURRENCY = 100_000
+
+
 def engine_actor_class(num_cpus: float = 1.0, resources: dict[str, float] | None = None):
     """EngineHost as a Ray actor; async methods let many requests wait at once."""
-    return ray.remote(num_cpus=num_cpus, resources=resources or None, max_concurrency=1000,
+    return ray.remote(num_cpus=num_cpus, resources=resources or None, max_concurrency=ENGINE_ACTOR_MAX_CONCURRENCY,
                       max_restarts=1, max_task_retries=0)(EngineHost)
