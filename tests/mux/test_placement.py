@@ -1,6 +1,6 @@
 """Inter-group placement: memory and SLO checks, candidate kinds, packing."""
 
-from roll_agentic.mux.group import CandidateKind, GroupBook, Placement
+from roll_agentic.mux.group import CandidateKind, GroupBook, Placement, is_saturated
 from roll_agentic.mux.placement import (
     RollMuxPolicy,
     group_candidates,
@@ -72,7 +72,9 @@ def test_slo_check_rejects_a_placement_that_breaks_a_members_slo():
 
 
 def test_rollout_heavy_jobs_share_a_training_node_three_ways():
-    jobs = [job(i) for i in range(9)]
+    # 540 s of training each in an 1808 s cycle: three fit the idle window;
+    # a fourth saturates the node (2167 s) past what a 15 % SLO tolerates.
+    jobs = [job(i, slo=1.15) for i in range(9)]
     book = place_all(RollMuxPolicy(SPEC), jobs)
     solo = sum(j.solo_cost_per_hour(SPEC) for j in jobs)
     assert len(book.groups) == 3
@@ -89,9 +91,25 @@ def test_complementary_jobs_pack_at_zero_extra_cost():
 
 
 def test_saturated_groups_are_skipped():
-    heavy = [job(i, rho=0.2, length=1800.0) for i in range(2)]  # 1440 s of training each
+    # Two train-heavy jobs (1440 s of training each) tolerate a 2x slowdown:
+    # the SLO check lets the second pack beside the first, which saturates
+    # the training node (2880 s of training per 1808 s solo cycle).
+    heavy = [job(i, rho=0.2, length=1800.0) for i in range(2)]
     book = place_all(RollMuxPolicy(SPEC), heavy)
-    assert len(book.groups) == 2  # the second cannot fit the first's 360 s idle window
+    assert len(book.groups) == 1
+    (group,) = book.groups.values()
+    assert is_saturated(group, SPEC)
+    # A light newcomer whose SLO the round robin would still keep is not
+    # even considered there: a saturated group has no idle phase to fill.
+    light = job(2, rho=0.99, length=3600.0, slo=2.0)
+    probe = Placement(
+        CandidateKind.ADD_ROLLOUT,
+        group.group_id,
+        train_nodes=tuple(group.node_ids(Pool.TRAIN)),
+        new_rollout=1,
+    )
+    assert slo_ok(group, light, probe, SPEC)
+    assert RollMuxPolicy(SPEC).place(book.groups, light).kind is CandidateKind.NEW_GROUP
 
 
 def test_all_members_keep_their_slo_in_the_plan():

@@ -90,9 +90,13 @@ def test_summarize_divides_every_policy_by_the_solo_span():
 
 
 def _lone_partners():
-    """A and B share a training node; C (train-heavy) fits beside A alone, not beside both."""
-    a = replace(rh(0), n_iters=200)
-    b = replace(rh(1), n_iters=3)
+    """A and B share a training node; C (train-heavy) fits beside A alone, not beside both.
+
+    A and B tolerate 20 %: beside both, C would load the training node past
+    their cycle (540 + 540 + 1200 s > 1800 s) and slow them beyond it.
+    """
+    a = replace(rh(0, slo=1.2), n_iters=200)
+    b = replace(rh(1, slo=1.2), n_iters=3)
     p = replace(rh(2).profile, kind="train_heavy", roll_s=600.0, train_s=1200.0)
     c = TraceJob(100.0, 200, seed=2, profile=p)
     return [a, b, c]
