@@ -6,6 +6,7 @@ tokens per task; the router reads `load()` to place new trajectories.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import tempfile
@@ -34,6 +35,7 @@ class EngineHost:
         self.busy_s = 0.0
         self.per_task: dict[str, dict[str, float]] = {}
         self._restore = _weights_before_restart()  # Ray restarted this actor: (version, file) it served
+        self.vocab_size = _vocab_size(model_path)
 
     async def _restore_weights(self) -> None:
         # A restarted actor is rebuilt from the initial model: serving it as if it were
@@ -45,6 +47,7 @@ class EngineHost:
     async def generate(self, token_ids: list[int], sampling: SamplingParams, request_id: str,
                        task: str = "") -> GenerationResult:
         faults.engine_request()
+        self._check_prompt(token_ids, request_id)
         if self._restore is not None:
             await self._restore_weights()
         if self.outstanding == 0:
@@ -62,6 +65,37 @@ class EngineHost:
         t["prefill_tokens"] += len(token_ids)
         t["decode_tokens"] += len(result.token_ids)
         return result
+
+    def _check_prompt(self, token_ids: list[int], request_id: str) -> None:
+        # Refused here, for this request alone: inside the engine an id outside the
+        # vocabulary fails the whole batch it was scheduled with (or worse, on a GPU).
+        if not token_ids:
+            raise ValueError(f"request {request_id}: empty prompt")
+        low, high = min(token_ids), max(token_ids)
+        if low < 0 or (self.vocab_size and high >= self.vocab_size):
+            bad = low if low < 0 else high
+            raise ValueError(f"request {request_id}: prompt token id {bad} is outside the model's "
+                             f"vocabulary [0, {self.vocab_size})")
+
+    async def generate_batch(self, requests: list[tuple[list[int], SamplingParams, str, str]]):
+        """Several `generate` requests from one call (see engine_client.py), all submitted
+        to the engine at once; yields `(request_id, result, error)` for each group that
+        finishes together, so no request waits for a slower one. Called as a Ray
+        streaming generator; one request's error is its own, not the batch's."""
+        running = {asyncio.ensure_future(self.generate(*req)): req[2] for req in requests}
+        try:
+            while running:
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                out = []
+                for fut in done:
+                    request_id = running.pop(fut)
+                    err = fut.exception()
+                    out.append((request_id, None, f"{type(err).__name__}: {err}") if err
+                               else (request_id, fut.result(), ""))
+                yield out
+        finally:
+            for fut in running:  # the caller went away: stop generating for it
+                fut.cancel()
 
     async def abort(self, request_id: str) -> None:
         await self.engine.abort(request_id)
@@ -105,6 +139,16 @@ class EngineHost:
         from roll_agentic.bench.raw_engine import raw_engine_tokens_per_s
 
         return await raw_engine_tokens_per_s(self.engine, prompts, sampling)
+
+
+def _vocab_size(model_path: str) -> int:
+    """The model's vocabulary size from its config (0 if it does not say)."""
+    try:
+        from transformers import AutoConfig
+
+        return int(getattr(AutoConfig.from_pretrained(model_path), "vocab_size", 0) or 0)
+    except Exception:  # noqa: BLE001 - a config transformers can't read: the engine will check
+        return 0
 
 
 def _weights_file() -> Path | None:

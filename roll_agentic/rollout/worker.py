@@ -20,6 +20,7 @@ from typing import Any
 from envs.registry import make_text_env
 from roll_agentic import faults
 from roll_agentic.config import RewardConfig, TaskConfig
+from roll_agentic.engine.engine_client import BatchingEngineClient
 from roll_agentic.engine.protocol import SamplingParams
 from roll_agentic.engine.router_client import CoalescingRouterClient
 from roll_agentic.rollout.conversation import Conversation, chat_format_for
@@ -52,6 +53,7 @@ class RolloutWorker:
         self.tasks = {t.name: t for t in tasks}
         self.fmt = chat_format_for(AutoTokenizer.from_pretrained(model_path))
         self.engines = engines
+        self.engine_clients = [BatchingEngineClient(e) for e in engines]  # generate calls, batched per loop turn
         self.router = router
         self.routing = CoalescingRouterClient(router)  # assign/release, batched under bursts
         self.buffer = buffer
@@ -80,7 +82,9 @@ class RolloutWorker:
         self._stop = True
 
     def stats(self) -> dict:
-        return dict(self.counters, in_flight=self.in_flight)
+        return dict(self.counters, in_flight=self.in_flight,
+                    engine_requests=sum(c.requests for c in self.engine_clients),
+                    engine_calls=sum(c.calls for c in self.engine_clients))
 
     async def _group_loop(self) -> None:
         while not self._stop:
@@ -219,12 +223,12 @@ class RolloutWorker:
         healthy = False
         assigned: list[int] = []
 
-        async def engine_for(prompt_tokens: int) -> Any:
+        async def engine_for(prompt_tokens: int) -> int:
             # Assigned once, when the first prompt exists: the router sizes its prefill
             # (phase-aware routing), and a slow env.reset holds no engine slot.
             if not assigned:
                 assigned.append(await self.routing.assign(task.name, traj_id, prompt_tokens))
-            return self.engines[assigned[0]]
+            return assigned[0]
 
         try:
             traj = await self._play_on(env, engine_for, task, ticket, traj_id, attempt)
@@ -268,13 +272,15 @@ class RolloutWorker:
                                                                  conv.logprobs[:before])
                 traj.truncated = True  # the context is full: end the episode, keep what it did
                 break
-            engine = await engine_for(len(conv.token_ids))
+            engine_index = await engine_for(len(conv.token_ids))
             t = time.perf_counter()
             request_id = f"{traj_id}-a{attempt}-t{turn}"
             try:
-                result = await engine.generate.remote(conv.token_ids, sampling, request_id, task.name)
+                result = await self.engine_clients[engine_index].generate(conv.token_ids, sampling, request_id,
+                                                                          task.name)
             except asyncio.CancelledError:
-                engine.abort.remote(request_id)  # free the engine slot; cancelling our wait alone would not
+                # free the engine slot; cancelling our wait alone would not
+                self.engines[engine_index].abort.remote(request_id)
                 raise
             llm_s = time.perf_counter() - t
             if traj.start_version < 0:

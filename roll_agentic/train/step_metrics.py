@@ -39,6 +39,9 @@ def rollout_metrics(groups: list[list[Trajectory]], version: int, engine_stats: 
     m["rollout/stale_restarts"] = float(sum(w.get("stale_restarts", 0) for w in worker_stats))
     m["rollout/engine_failures"] = float(sum(w.get("engine_failures", 0) for w in worker_stats))
     m["rollout/env_failures"] = float(sum(w.get("env_failures", 0) for w in worker_stats))
+    # How well generate requests are batched into Ray calls (cumulative; 1.0 = one call each).
+    calls = sum(w.get("engine_calls", 0) for w in worker_stats)
+    m["rollout/requests_per_engine_call"] = sum(w.get("engine_requests", 0) for w in worker_stats) / calls if calls else 0.0
     infos = [t.reward_info for t in trajs if t.reward_info]
     lat = [i.get("latency_s", 0.0) for i in infos]
     gb_s = sum(i.get("gb_s", 0.0) for i in infos)

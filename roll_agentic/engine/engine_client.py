@@ -1,0 +1,93 @@
+"""A rollout worker's side of one engine actor: many episodes' requests, few Ray calls.
+
+Each episode turn is one generate request. Sent as one Ray call each, a worker
+starting 64 episodes spends 0.2-0.8 ms per call just submitting them (14-50 ms
+for the burst, measured on 2 cores), the engine actor handles 64 calls one by
+one, and 64 replies come back one by one. The requests trickle into the engine
+over that time, so it decodes the first ones in small batches while the last
+are still arriving: the gap `bench engine` measures between the framework and
+the same engine driven directly.
+
+The client batches instead, without waiting for anything: requests issued in
+the same turn of the event loop leave together in one streaming call
+(`EngineHost.generate_batch`), and the engine yields each group of results as
+they finish, so no request waits for a slower one in its batch. In-process
+engines (tests drive the worker with `LocalHandle`) are called one by one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from roll_agentic.engine.protocol import GenerationResult, SamplingParams
+
+
+class EngineRequestError(RuntimeError):
+    """The engine answered this request with an error (the others in its batch may be fine)."""
+
+
+class BatchingEngineClient:
+    def __init__(self, handle: Any):
+        import ray
+
+        self.handle = handle
+        self.streaming = isinstance(handle, ray.actor.ActorHandle)
+        self._pending: list[tuple[tuple, asyncio.Future]] = []
+        self._flush_scheduled = False
+        self._collectors: set[asyncio.Task] = set()  # held: a bare task may be garbage-collected
+        self.calls = 0  # Ray calls made (for tests and stats)
+        self.requests = 0
+
+    async def generate(self, token_ids: list[int], sampling: SamplingParams, request_id: str,
+                       task: str = "") -> GenerationResult:
+        self.requests += 1
+        if not self.streaming:
+            return await self.handle.generate.remote(token_ids, sampling, request_id, task)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future = loop.create_future()
+        self._pending.append(((token_ids, sampling, request_id, task), fut))
+        if not self._flush_scheduled:  # everything issued before the loop turns goes with it
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        return await fut
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        batch = [(req, fut) for req, fut in self._pending if not fut.done()]  # drop cancelled episodes
+        self._pending = []
+        if not batch:
+            return
+        self.calls += 1
+        waiting = {req[2]: fut for req, fut in batch}
+        try:
+            stream = self.handle.generate_batch.options(num_returns="streaming").remote([req for req, _ in batch])
+        except Exception as err:  # noqa: BLE001 - e.g. the actor is gone: each episode handles it
+            _fail(waiting, err)
+            return
+        collector = asyncio.ensure_future(self._collect(stream, waiting))
+        self._collectors.add(collector)
+        collector.add_done_callback(self._collectors.discard)
+
+    async def _collect(self, stream: Any, waiting: dict[str, asyncio.Future]) -> None:
+        try:
+            async for ref in stream:
+                for request_id, result, error in await ref:
+                    fut = waiting.pop(request_id, None)
+                    if fut is None or fut.done():  # its episode was cancelled meanwhile
+                        continue
+                    if error:
+                        fut.set_exception(EngineRequestError(f"engine request {request_id} failed: {error}"))
+                    else:
+                        fut.set_result(result)
+        except Exception as err:  # noqa: BLE001 - the actor died or restarted mid-stream
+            _fail(waiting, err)
+            return
+        _fail(waiting, EngineRequestError("the engine's stream ended without answering these requests"))
+
+
+def _fail(waiting: dict[str, asyncio.Future], err: BaseException) -> None:
+    for fut in waiting.values():
+        if not fut.done():
+            fut.set_exception(err)
+    waiting.clear()
