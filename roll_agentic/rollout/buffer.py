@@ -104,18 +104,37 @@ class TrajectoryBuffer:
 
     async def next_ticket(self) -> Ticket | None:
         """Blocks until the staleness bound allows another group; None once stopped."""
+        tickets = await self.next_tickets(1)
+        return tickets[0] if tickets else None
+
+    async def next_tickets(self, n: int) -> list[Ticket] | None:
+        """Blocks until at least one group may start, then issues up to `n`; None once stopped.
+
+        A worker asks for as many as it has free slots: one call per burst
+        instead of one per group (each Ray call costs the start of a step ~1 ms)."""
+        if n < 1:
+            raise ValueError(f"next_tickets: n must be >= 1, got {n}")
         async with self._cond:
-            await self._cond.wait_for(lambda: self._stopped or self._quota() > 0)
+            await self._cond.wait_for(lambda: self._stopped or self._can_issue())
             if self._stopped:
                 return None
-            ticket = self._new_ticket()
-            self.state.next_group += 1
-            self._tickets[ticket.group_id] = ticket
-            self._open[ticket.group_id] = []
-            self._outstanding += 1
-            self._granted += 1
-            self.counters.tickets_issued += 1
-            return ticket
+            tickets = []
+            while len(tickets) < n and self._can_issue():
+                tickets.append(self._issue())
+            return tickets
+
+    def _can_issue(self) -> bool:
+        return self._quota() > 0
+
+    def _issue(self) -> Ticket:
+        ticket = self._new_ticket()
+        self.state.next_group += 1
+        self._tickets[ticket.group_id] = ticket
+        self._open[ticket.group_id] = []
+        self._outstanding += 1
+        self._granted += 1
+        self.counters.tickets_issued += 1
+        return ticket
 
     # -- trajectories in ----------------------------------------------------------------
     async def put(self, traj: Trajectory) -> None:

@@ -95,21 +95,20 @@ class TailBatchingBuffer(TrajectoryBuffer):
             await event.wait()
 
     # -- overrides of the plain buffer ---------------------------------------------------------
-    async def next_ticket(self) -> Ticket | None:
-        async with self._cond:
-            await self._cond.wait_for(lambda: self._stopped or bool(self._round_tickets))
-            if self._stopped:
-                return None
-            t = self._round_tickets.popleft()
-            ticket = Ticket(f"g{self.state.next_group}", t.task, t.seed, t.group_size, self.state.version,
-                            t.keep, t.round_id)
-            self.state.next_group += 1
-            self._tickets[ticket.group_id] = ticket
-            self._open[ticket.group_id] = []
-            self._round_groups.add(ticket.group_id)
-            self._outstanding += 1
-            self.counters.tickets_issued += 1
-            return ticket
+    def _can_issue(self) -> bool:
+        return bool(self._round_tickets)
+
+    def _issue(self) -> Ticket:
+        t = self._round_tickets.popleft()
+        ticket = Ticket(f"g{self.state.next_group}", t.task, t.seed, t.group_size, self.state.version,
+                        t.keep, t.round_id)
+        self.state.next_group += 1
+        self._tickets[ticket.group_id] = ticket
+        self._open[ticket.group_id] = []
+        self._round_groups.add(ticket.group_id)
+        self._outstanding += 1
+        self.counters.tickets_issued += 1
+        return ticket
 
     def _accept(self, traj: Trajectory) -> None:
         self.counters.trajectories_received += 1

@@ -75,7 +75,21 @@ class RolloutWorker:
         # Env calls run in threads; the default pool (cores + 4 threads) would
         # queue slow env steps behind each other and undo the asynchrony.
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=ENV_THREADS))
-        await asyncio.gather(*(self._group_loop() for _ in range(self.groups_in_flight)))
+        running: set[asyncio.Task] = set()
+        while not self._stop:
+            done = {g for g in running if g.done()}
+            for g in done:
+                g.result()  # a group's own error is the worker's, as it always was
+            running -= done
+            if len(running) >= self.groups_in_flight:
+                await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            # One call for every free slot: a new step's burst of groups starts at once.
+            tickets = await self.buffer.next_tickets.remote(self.groups_in_flight - len(running))
+            if tickets is None:
+                break
+            running |= {asyncio.ensure_future(self._run_group(t)) for t in tickets}
+        await asyncio.gather(*running)
         return self.stats()
 
     async def stop(self) -> None:
@@ -86,18 +100,14 @@ class RolloutWorker:
                     engine_requests=sum(c.requests for c in self.engine_clients),
                     engine_calls=sum(c.calls for c in self.engine_clients))
 
-    async def _group_loop(self) -> None:
-        while not self._stop:
-            ticket = await self.buffer.next_ticket.remote()
-            if ticket is None:
-                return
-            if ticket.round_id >= 0:
-                trajs = await self._race_group(ticket)
-            else:
-                # Each episode runs and is rewarded on its own; the group goes to the
-                # buffer in one call (it can only be trained once complete anyway).
-                trajs = list(await asyncio.gather(*(self._episode(ticket, i) for i in range(ticket.group_size))))
-            await self.buffer.put_many.remote(trajs)
+    async def _run_group(self, ticket: Ticket) -> None:
+        if ticket.round_id >= 0:
+            trajs = await self._race_group(ticket)
+        else:
+            # Each episode runs and is rewarded on its own; the group goes to the
+            # buffer in one call (it can only be trained once complete anyway).
+            trajs = list(await asyncio.gather(*(self._episode(ticket, i) for i in range(ticket.group_size))))
+        await self.buffer.put_many.remote(trajs)
 
     async def _race_group(self, ticket: Ticket) -> list[Trajectory]:
         """Tail batching: keep the first `keep` good episodes; abort the rest, or all

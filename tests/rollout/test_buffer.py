@@ -82,3 +82,24 @@ def test_weighted_task_shares_and_resume_of_ticket_stream():
         reissued = [await clone.next_ticket() for _ in range(6)]
         assert [(t.task, t.seed) for t in reissued] == [(t.task, t.seed) for t in tickets]
     asyncio.run(main())
+
+
+def test_next_tickets_hands_out_up_to_n_within_the_staleness_bound():
+    async def main():
+        buf = TrajectoryBuffer([TaskShare("a", 1.0, 2)], groups_per_step=3, alpha=0)
+        first = await buf.next_tickets(2)
+        rest = await buf.next_tickets(5)  # only one more fits this step
+        assert [len(first), len(rest)] == [2, 1]
+        assert len({t.group_id for t in first + rest}) == 3
+        waiting = asyncio.ensure_future(buf.next_tickets(5))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # quota spent: waits like next_ticket
+        await buf.stop()
+        assert await asyncio.wait_for(waiting, 1) is None
+        try:
+            await buf.next_tickets(0)
+        except ValueError as err:
+            assert "n must be >= 1" in str(err)
+        else:
+            raise AssertionError("next_tickets(0) was accepted")
+    asyncio.run(main())
