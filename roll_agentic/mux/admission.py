@@ -16,7 +16,7 @@ from roll_agentic.config import Config
 from roll_agentic.mux.group import Group, is_saturated
 from roll_agentic.mux.mux_config import MuxConfig
 from roll_agentic.mux.placement import group_candidates, memory_ok
-from roll_agentic.mux.profile import ClusterSpec, JobProfile, NodeClass, phase_times
+from roll_agentic.mux.profile import ClusterSpec, JobProfile, NodeClass, phase_times, planned
 from roll_agentic.mux.round_robin import MemberPlan, evaluate_round_robin, members_of
 
 GB = 1e9  # the policy counts host memory in GB; the mux config in bytes
@@ -93,13 +93,13 @@ def _group_reason(group: Group, job: JobProfile, spec: ClusterSpec, headroom: fl
     fresh = max(group.nodes, default=0) + 1
     rollout = cand.rollout_nodes + tuple(range(fresh, fresh + cand.new_rollout))
     plans = [*members_of(group, spec),
-             MemberPlan(phase_times(job, len(rollout), len(cand.train_nodes), False, spec), rollout,
-                        cand.train_nodes)]
+             MemberPlan(planned(phase_times(job, len(rollout), len(cand.train_nodes), False, spec), job),
+                        rollout, cand.train_nodes)]
     periods = evaluate_round_robin(plans, switch_s=spec.warm_switch_s)
     members = [*group.members.values(), job]
-    worst = max(zip(members, periods, strict=True), key=lambda mp: mp[1] / (mp[0].slo * mp[0].solo_iter_s))
+    worst = max(zip(members, periods, strict=True), key=lambda mp: mp[1] / (mp[0].slo * mp[0].planned_iter_s))
     p, t = worst
-    return (f"group {group.group_id}: SLO: packed, {p.job_id} would run at {t / p.solo_iter_s:.2f}x its solo "
+    return (f"group {group.group_id}: SLO: packed, {p.job_id} would run at {t / p.planned_iter_s:.2f}x its solo "
             f"iteration (SLO {p.slo:.2f}x, {headroom:.0%} kept as headroom)")
 
 

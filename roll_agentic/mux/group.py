@@ -12,7 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseTimes, Pool, phase_times
+from roll_agentic.mux.profile import (
+    ClusterSpec,
+    JobProfile,
+    PhaseTimes,
+    Pool,
+    phase_times,
+    planned,
+)
 
 
 class CandidateKind(StrEnum):
@@ -91,11 +98,12 @@ def group_cycle_and_load(group: Group, spec: ClusterSpec) -> tuple[float, float]
     T_cycle = max_j solo iteration; T_load = the busiest node's phase time per
     meta-iteration, warm switches included (a sum over the one training node
     in the paper, over every node here since jobs may pin to subsets).
+    Typical phase lengths, like every plan (`profile.planned`).
     """
     cycle = 0.0
     load: dict[int, float] = {}
     for job_id, pin in group.pinning.items():
-        t = group.times(job_id, spec)
+        t = planned(group.times(job_id, spec), group.members[job_id])
         cycle = max(cycle, t.iter_s)
         for nid in pin.nodes_for(Pool.ROLLOUT):
             load[nid] = load.get(nid, 0.0) + t.roll_s + spec.warm_switch_s

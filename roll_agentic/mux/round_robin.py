@@ -17,12 +17,12 @@ any other fixed phase order, for comparison in tests.
 from __future__ import annotations
 
 import heapq
-from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from roll_agentic.mux.group import Group, Pinning
-from roll_agentic.mux.profile import ClusterSpec, PhaseKind, PhaseTimes, Pool
+from roll_agentic.mux.profile import ClusterSpec, PhaseKind, PhaseTimes, Pool, planned
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,33 @@ class MemberPlan:
 
 
 def members_of(group: Group, spec: ClusterSpec) -> list[MemberPlan]:
+    """The group's members on their typical phase lengths (`profile.planned`)."""
     return [
-        MemberPlan(group.times(j, spec), pin.nodes_for(Pool.ROLLOUT), pin.train_nodes)
+        MemberPlan(
+            planned(group.times(j, spec), group.members[j]),
+            pin.nodes_for(Pool.ROLLOUT),
+            pin.train_nodes,
+        )
         for j, pin in group.pinning.items()
     ]
+
+
+K = TypeVar("K")
+
+
+def node_turn(keys: Mapping[K, tuple[int, int]]) -> K:
+    """Whose phase a node serves next: the job of the lowest (round, join order).
+
+    `keys` maps each job pinned to the node to the round of its next phase
+    there and its join order. A node waits for that job even when another
+    one's phase is ready, so every job runs one rollout and one training
+    phase per meta-iteration and a short job never laps a long one
+    (MECHANISMS.md section 2): plans and runs agree whatever the phase
+    lengths. A gang's phase has the same key on each of its nodes, so the
+    keys order all queued phases one way, and the least of them can always
+    start: no gang deadlocks, whatever rounds the jobs were given.
+    """
+    return min(keys, key=keys.__getitem__)
 
 
 def _steady_period(ends: list[float]) -> float:
@@ -70,15 +93,18 @@ def _steady_period(ends: list[float]) -> float:
 def evaluate_round_robin(
     members: Sequence[MemberPlan], meta_iterations: int | None = None, switch_s: float = 0.0
 ) -> list[float]:
-    """Steady-state iteration time of each member under FIFO round robin.
+    """Steady-state iteration time of each member under round robin.
 
-    A node pays `switch_s` when it starts a phase of another job or kind than
-    its previous one (a warm switch: the state is resident in host memory).
-    Phases are numbered 2*j (rollout of member j) and 2*j+1 (its training);
-    nodes are renumbered densely, because this runs inside every SLO check.
-    The cold start settles slowly when gangs of nodes overlap (head-of-line
-    blocking propagates), so the run lasts 6 + 3 * members iterations by
-    default and the period is read from its second half.
+    Every node serves its members in turns (`node_turn`): a phase starts
+    when its job holds the turn on all its nodes and they are free. Members
+    join at t = 0 in list order. A node pays `switch_s` when it
+    starts a phase of another job or kind than its previous one (a warm
+    switch: the state is resident in host memory). Phases are numbered 2*j
+    (rollout of member j) and 2*j+1 (its training); nodes are renumbered
+    densely, because this runs inside every SLO check. The cold start
+    settles slowly when gangs of nodes overlap, so the run lasts
+    6 + 3 * members iterations by default and the period is read from its
+    second half.
     """
     if meta_iterations is None:
         meta_iterations = 6 + 3 * len(members)
@@ -90,9 +116,14 @@ def evaluate_round_robin(
             phase_nodes.append([index.setdefault(n, len(index)) for n in ids])
             phase_dur.append(dur)
     n_nodes = len(index)
-    queues: list[deque[int]] = [deque() for _ in range(n_nodes)]
+    # served[n][j]: (phases member j started on node n, j): its next key there.
+    served: list[dict[int, tuple[int, int]]] = [{} for _ in range(n_nodes)]
+    for ph, ns in enumerate(phase_nodes):
+        for n in ns:
+            served[n][ph // 2] = (0, ph // 2)
     busy = [False] * n_nodes
     last = [-1] * n_nodes
+    pending = [-1] * len(members)  # each member's phase waiting for its nodes
     events: list[tuple[float, int, int]] = []  # (time, seq, phase or -1-j for a sync end)
     ends: list[list[float]] = [[] for _ in members]
     seq = 0
@@ -100,12 +131,14 @@ def evaluate_round_robin(
     def try_start(ph: int, now: float) -> None:
         nonlocal seq
         ns = phase_nodes[ph]
+        j = ph // 2
         for n in ns:
-            if busy[n] or queues[n][0] != ph:
+            if busy[n] or node_turn(served[n]) != j:
                 return
+        pending[j] = -1
         switch = 0.0
         for n in ns:
-            queues[n].popleft()
+            served[n][j] = (served[n][j][0] + 1, j)
             busy[n] = True
             if last[n] != ph and last[n] != -1:
                 switch = switch_s
@@ -113,8 +146,7 @@ def evaluate_round_robin(
         heapq.heappush(events, (now + switch + phase_dur[ph], seq, ph))
 
     def enqueue(ph: int, now: float) -> None:
-        for n in phase_nodes[ph]:
-            queues[n].append(ph)
+        pending[ph // 2] = ph
         try_start(ph, now)
 
     for j in range(len(members)):
@@ -136,8 +168,9 @@ def evaluate_round_robin(
                 seq += 1
                 heapq.heappush(events, (now + members[j].times.sync_s, seq, -1 - j))
         for n in phase_nodes[ph]:
-            if queues[n] and not busy[n]:
-                try_start(queues[n][0], now)
+            waiting = pending[node_turn(served[n])]
+            if waiting >= 0 and not busy[n]:
+                try_start(waiting, now)
     # Train end to train end: one rollout, one train and one sync, as solo.
     return [_steady_period(e) for e in ends]
 

@@ -6,13 +6,15 @@ What it models (and what it does not):
   is node-hours x price, summed over the run; nothing is hard-coded.
 - Jobs arrive per the trace, are placed once by the policy under test, loop
   rollout -> train -> sync for `n_iters` iterations, and leave.
-- Each node serves a FIFO of phases; which phases a job enqueues comes from
-  the policy's `next_phases` (round robin for all shipped policies).
+- Which phase a job queues next comes from the policy's `next_phases`
+  (rollout -> train -> sync for all shipped policies); each node serves its
+  jobs in turns, like the plans (`mux.round_robin.node_turn`): a phase
+  starts when its job holds the turn on every node it needs and they are
+  free, so a short job never laps a long one.
 - Real phase lengths are the worst-case profile times the job's
-  per-iteration factors: rollout factor min(1, lognormal(ln 0.85, 0.12))
-  (the longest response usually sits near the length cap: long-tailed),
-  training factor U(0.85, 1) (scales with generated tokens). Factors come
-  from the job's own seed, so all policies see the same work.
+  per-iteration factors (distributions in `trace`: long-tailed rollout,
+  training that scales with generated tokens). Factors come from the
+  job's own seed, so all policies see the same work.
 - A node that starts a phase of another job or kind than its previous one
   pays a warm switch if its resident states fit its host memory, else a
   cold one. Sync holds no GPU (weights go through host memory).
@@ -31,8 +33,7 @@ What it models (and what it does not):
 from __future__ import annotations
 
 import time as wallclock
-from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,16 +41,21 @@ import numpy as np
 from roll_agentic.mux.group import GroupBook, Node
 from roll_agentic.mux.policy import SchedulerPolicy
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseKind, Pool
-from roll_agentic.mux.round_robin import PhaseSpec
+from roll_agentic.mux.round_robin import PhaseSpec, node_turn
 from roll_agentic.sim.events import EventQueue, EventType
-from roll_agentic.sim.trace import TraceJob
+from roll_agentic.sim.trace import (
+    ROLL_FACTOR_MEDIAN,
+    ROLL_FACTOR_SIGMA,
+    TRAIN_FACTOR_RANGE,
+    TraceJob,
+)
 
 
 def iteration_factors(seed: int, n_iters: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-iteration (rollout, train) length factors in (0, 1] of the worst case."""
     rng = np.random.default_rng(seed)
-    roll = np.minimum(1.0, np.exp(rng.normal(np.log(0.85), 0.12, n_iters)))
-    train = rng.uniform(0.85, 1.0, n_iters)
+    roll = np.minimum(1.0, np.exp(rng.normal(np.log(ROLL_FACTOR_MEDIAN), ROLL_FACTOR_SIGMA, n_iters)))
+    train = rng.uniform(*TRAIN_FACTOR_RANGE, n_iters)
     return roll, train
 
 
@@ -138,12 +144,16 @@ class _JobRt:
     last_end: float = 0.0
     cold: set[PhaseKind] = field(default_factory=set)  # phases whose state is not resident yet
     tried_at: int = 0  # how many group changes it has already tried (regrouping)
+    pending: PhaseSpec | None = None  # queued, waiting for its turn or its nodes
+    round0: int = 0  # its turns' round numbering (`_join`)
+    iters_at_join: int = 0
+    seq: int = 0  # join order: breaks ties within a round
 
 
 @dataclass
 class _NodeRt:
     node: Node
-    queue: deque[PhaseSpec] = field(default_factory=deque)
+    served: dict[str, int] = field(default_factory=dict)  # phases each job started here
     busy: bool = False
     last: tuple[str, PhaseKind] | None = None
 
@@ -177,6 +187,7 @@ class ClusterSimulator:
         self._regroup_s = 0.0
         self._changed: list[int] = []  # groups that gained room (opened or left), in order
         self._moves = 0
+        self._joins = 0
         by_id = {j.profile.job_id: j for j in trace_jobs}
         for j in trace_jobs:
             self._events.push(j.arrival_s, EventType.ARRIVE, j.profile.job_id)
@@ -224,6 +235,7 @@ class ClusterSimulator:
         roll_f, train_f = iteration_factors(job.seed, job.n_iters)
         rt = _JobRt(job, roll_f, train_f, group.group_id, last_end=job.arrival_s)
         self._jobs[job.profile.job_id] = rt
+        self._join(rt)
         self._enqueue(job.profile.job_id, None, now)
 
     def _regroup(self, rt: _JobRt, now: float) -> None:
@@ -254,11 +266,12 @@ class ClusterSimulator:
             self.spec
         ):
             return
-        self._release(self._book.remove(job.job_id), now)
+        self._leave(job.job_id, now)
         group, opened = self._book.apply(placement, job)
         self._open(opened, now)
         rt.group_id = group.group_id
         rt.cold = {PhaseKind.ROLLOUT, PhaseKind.TRAIN}
+        self._join(rt)
         self._moves += 1
 
     def _phase_end(self, job_id: str, kind: PhaseKind, now: float) -> None:
@@ -268,10 +281,7 @@ class ClusterSimulator:
         for nid in freed:
             self._nodes[nid].busy = False
         self._enqueue(job_id, kind, now)
-        for nid in freed:
-            node = self._nodes[nid]
-            if node.queue and not node.busy:
-                self._try_start(node.queue[0], now)
+        self._kick(freed, now)
 
     def _job_iteration_end(self, job_id: str, now: float) -> None:
         rt = self._jobs[job_id]
@@ -283,8 +293,8 @@ class ClusterSimulator:
             self._enqueue(job_id, PhaseKind.SYNC, now)
             return
         self._outcomes.append(self._outcome(rt))
+        self._leave(job_id, now)
         del self._jobs[job_id]
-        self._release(self._book.remove(job_id), now)
         self._changed.append(rt.group_id)
 
     def _open(self, opened: list[Node], now: float) -> None:
@@ -301,6 +311,75 @@ class ClusterSimulator:
             self._done_allocs.append(alloc)
             del self._nodes[node.node_id]
 
+    # -- turns ----------------------------------------------------------------
+
+    def _round(self, rt: _JobRt) -> int:
+        return rt.round0 + rt.iters_done - rt.iters_at_join
+
+    def _join(self, rt: _JobRt) -> None:
+        """Give a newcomer turns on its nodes from the round its partners are in.
+
+        Partners that share a node keep within a round of each other, but
+        partners that share none drift apart; a newcomer may tie such sets
+        together. So each set of partners linked by shared nodes is renumbered
+        first, its leading round becoming round 0 (order within a set is
+        kept), and the newcomer starts at round 0, last in join order: after
+        its partners' phases of this round, before their next ones.
+        """
+        job_id = rt.trace.profile.job_id
+        group = self._book.groups[rt.group_id]
+        linked: dict[str, str] = {}  # union-find over partners sharing nodes
+
+        def root(j: str) -> str:
+            while linked[j] != j:
+                j = linked[j]
+            return j
+
+        for j in group.members:
+            if j != job_id:
+                linked[j] = j
+        for nid in group.nodes:
+            on = [j for j in self._nodes[nid].served if j != job_id]
+            for j in on[1:]:
+                linked[root(j)] = root(on[0])
+        lead: dict[str, int] = {}
+        for j in linked:
+            r = root(j)
+            lead[r] = max(lead.get(r, self._round(self._jobs[j])), self._round(self._jobs[j]))
+        for j in linked:
+            self._jobs[j].round0 -= lead[root(j)]
+        rt.round0, rt.iters_at_join = 0, rt.iters_done
+        rt.seq = self._joins
+        self._joins += 1
+        pin = group.pinning[job_id]
+        for nid in set(pin.nodes_for(Pool.ROLLOUT)) | set(pin.train_nodes):
+            self._nodes[nid].served[job_id] = 0
+
+    def _leave(self, job_id: str, now: float) -> None:
+        """Unpin a job; its turns pass to the partners it leaves behind."""
+        pin = self._book.groups[self._jobs[job_id].group_id].pinning[job_id]
+        nids = set(pin.nodes_for(Pool.ROLLOUT)) | set(pin.train_nodes)
+        for nid in nids:
+            del self._nodes[nid].served[job_id]
+        self._release(self._book.remove(job_id), now)
+        self._kick([n for n in nids if n in self._nodes], now)
+
+    def _turn(self, node: _NodeRt) -> str:
+        """The job whose phase this node serves next (`node_turn`)."""
+        return node_turn(
+            {j: (self._jobs[j].round0 + n, self._jobs[j].seq) for j, n in node.served.items()}
+        )
+
+    def _kick(self, node_ids: Iterable[int], now: float) -> None:
+        """Start what waits on free nodes for the job that holds their turn."""
+        for nid in node_ids:
+            node = self._nodes[nid]
+            if node.busy or not node.served:
+                continue
+            ph = self._jobs[self._turn(node)].pending
+            if ph is not None and nid in ph.nodes:
+                self._try_start(ph, now)
+
     # -- phases ---------------------------------------------------------------
 
     def _enqueue(self, job_id: str, finished: PhaseKind | None, now: float) -> None:
@@ -310,24 +389,24 @@ class ClusterSimulator:
                 sync_s = group.times(job_id, self.spec).sync_s
                 self._events.push(now + sync_s, EventType.SYNC_END, job_id)
                 continue
-            for nid in ph.nodes:
-                self._nodes[nid].queue.append(ph)
+            self._jobs[job_id].pending = ph
             self._try_start(ph, now)
 
     def _try_start(self, ph: PhaseSpec, now: float) -> None:
         nodes = [self._nodes[nid] for nid in ph.nodes]
-        if any(n.busy or n.queue[0] is not ph for n in nodes):
+        if any(n.busy or self._turn(n) != ph.job_id for n in nodes):
             return
+        rt = self._jobs[ph.job_id]
+        rt.pending = None
         switch = 0.0
         for n in nodes:
-            n.queue.popleft()
+            n.served[ph.job_id] += 1
             n.busy = True
             if n.last != (ph.job_id, ph.kind):
                 resident = n.node.mem_used_gb <= n.node.mem_capacity_gb
                 warm = self.spec.warm_switch_s if resident else self.spec.cold_switch_s
                 switch = max(switch, warm if n.last is not None else 0.0)
             n.last = (ph.job_id, ph.kind)
-        rt = self._jobs[ph.job_id]
         if ph.kind in rt.cold:
             rt.cold.discard(ph.kind)
             switch = self.spec.cold_switch_s

@@ -5,7 +5,7 @@ Search: depth-first over every placement of every job: each existing group
 with every choice of its existing nodes (any subset of the right size, plus
 any number of new nodes in either pool), or a new group; subject only to the
 real constraints: host memory and every member's SLO under round robin on
-worst-case times (the same check and headroom RollMux uses).
+typical phase lengths (the same check and headroom RollMux uses).
 Objective: cost per unit of work, i.e. $/h of all nodes divided by the
 summed progress rates sum_k T_k(solo) / T_k(co-run), so that slowing a job
 down is not free. Branch and bound: $/h only grows as jobs are added and no
@@ -24,7 +24,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from roll_agentic.mux.group import CandidateKind, Group, GroupBook, Placement
-from roll_agentic.mux.placement import memory_ok, new_group_placement
+from roll_agentic.mux.placement import (
+    SLO_HEADROOM,
+    memory_ok,
+    new_group_placement,
+    slo_periods_ok,
+)
 from roll_agentic.mux.policy import RoundRobinPhases
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
 from roll_agentic.mux.round_robin import evaluate_round_robin, members_of
@@ -65,11 +70,11 @@ class _GroupCache:
                 members_of(group, self.spec), switch_s=self.spec.warm_switch_s
             )
             profiles = list(group.members.values())
-            ok = len(profiles) == 1 or all(  # alone, a job runs at solo speed by definition
-                t * (1.0 + self.headroom) <= p.slo * p.solo_iter_s
-                for t, p in zip(periods, profiles, strict=True)
+            # Alone, a job runs at solo speed by definition.
+            ok = len(profiles) == 1 or slo_periods_ok(periods, profiles, self.headroom)
+            rate = sum(
+                min(1.0, p.planned_iter_s / t) for p, t in zip(profiles, periods, strict=True)
             )
-            rate = sum(min(1.0, p.solo_iter_s / t) for p, t in zip(profiles, periods, strict=True))
             hit = self._memo[key] = (ok, rate)
         return hit
 
@@ -144,7 +149,7 @@ class OptimalResult:
 def solve(
     jobs: Sequence[JobProfile],
     spec: ClusterSpec,
-    headroom: float = 0.10,
+    headroom: float = SLO_HEADROOM,
     upper_bound: float = float("inf"),
     node_budget: int = 200_000,
 ) -> OptimalResult:
@@ -194,7 +199,9 @@ def solve(
     return best
 
 
-def plan_objective(book: GroupBook, spec: ClusterSpec, headroom: float = 0.10) -> float:
+def plan_objective(
+    book: GroupBook, spec: ClusterSpec, headroom: float = SLO_HEADROOM
+) -> float:
     """The search's objective for an existing placement ($/h per unit of progress)."""
     cache = _GroupCache(spec, headroom)
     rate = sum(cache.assess(g)[1] for g in book.groups.values())

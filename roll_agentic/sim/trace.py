@@ -16,12 +16,17 @@ jobs with 4k-32k max lengths):
 - Arrivals: Poisson over `span_days`, or Philly-like bursts (gamma
   inter-arrival times with shape 0.25: same mean rate, clumped).
 - Per-iteration phase-length factors are drawn by the simulator from each
-  job's own seed, so every policy sees the same durations.
+  job's own seed, so every policy sees the same durations: rollout
+  min(1, lognormal(ln 0.85, 0.12)) of the worst case (the longest response
+  usually sits near the length cap: long-tailed), training U(0.85, 1)
+  (scales with generated tokens). Their means go into each profile as the
+  typical phase lengths, as profiling a few iterations would measure them.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -39,6 +44,21 @@ KINDS = {  # name: range of the rollout share of a worst-case iteration
     "rollout_heavy": (0.62, 0.80),
     "train_heavy": (0.20, 0.38),
 }
+# Per-iteration phase length as a fraction of the worst case.
+ROLL_FACTOR_MEDIAN, ROLL_FACTOR_SIGMA = 0.85, 0.12  # min(1, lognormal)
+TRAIN_FACTOR_RANGE = (0.85, 1.0)  # uniform
+
+
+def _phi(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def typical_fractions() -> tuple[float, float]:
+    """Mean (rollout, train) length factors: E[min(1, X)] for the lognormal X."""
+    mu, sigma = math.log(ROLL_FACTOR_MEDIAN), ROLL_FACTOR_SIGMA
+    below = math.exp(mu + sigma**2 / 2.0) * _phi((-mu - sigma**2) / sigma)
+    roll = below + _phi(mu / sigma)  # the part of X < 1, plus P(X >= 1) x 1
+    return roll, sum(TRAIN_FACTOR_RANGE) / 2.0
 
 
 @dataclass(frozen=True)
@@ -109,6 +129,7 @@ def make_profile(
     rho = rng.uniform(lo, hi)
     length = rng.uniform(wl.l_min_s, wl.l_max_s)
     sync = 2.0 * params_b / wl.link_gb_s + wl.sync_fixed_s
+    roll_typical, train_typical = typical_fractions()
     return JobProfile(
         job_id=job_id,
         kind=kind,
@@ -125,6 +146,8 @@ def make_profile(
         # Rollout speed of a training-class GPU vs a rollout-class one:
         # compute-rich GPUs win on prefill, lose slightly on decode.
         colo_roll_speed=round(rng.uniform(0.85, 1.25), 3),
+        roll_typical=round(roll_typical, 4),
+        train_typical=round(train_typical, 4),
     )
 
 

@@ -38,3 +38,15 @@ def test_philly_arrivals_are_burstier_than_poisson():
 
     assert 0.8 < cv("poisson") < 1.2
     assert cv("philly") > 1.5
+
+
+def test_profiles_carry_the_typical_phase_lengths_the_simulator_draws():
+    from roll_agentic.sim.cluster import iteration_factors
+    from roll_agentic.sim.trace import typical_fractions
+
+    roll, train = iteration_factors(seed=7, n_iters=200_000)
+    r_typ, t_typ = typical_fractions()
+    assert abs(float(np.mean(roll)) - r_typ) < 0.002
+    assert abs(float(np.mean(train)) - t_typ) < 0.002
+    p = generate_trace(0, WorkloadSpec(n_jobs=3)).jobs[0].profile
+    assert (p.roll_typical, p.train_typical) == (round(r_typ, 4), round(t_typ, 4))
