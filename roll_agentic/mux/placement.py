@@ -205,9 +205,9 @@ class RollMuxPolicy(RoundRobinPhases):
     # that gained room, between iterations; the simulator pays the cold
     # start of the move. A lone job pays a whole solo allocation otherwise.
     # Not in the paper (it places on arrival only), so off by default:
-    # measured on the 200-job trace it saves 4 % ($867/h vs $906/h, SLOs
-    # all met) but on 2,000 jobs it left 0.25 % of them short of their SLO
-    # (vs 0.05 % without), as movers re-enter FIFOs mid-rhythm.
+    # measured on the 200-job trace (seed 0) it saves 2.4 % ($837/h vs
+    # $857/h), SLOs all met there and on 2,000 jobs. (Under first-come-
+    # first-served nodes, movers re-entered mid-rhythm and missed SLOs.)
     regroup: bool = False
     # Beyond the paper's three kinds: let a job share any subset of a
     # group's nodes and open the rest in either pool (e.g. a 2-training-node

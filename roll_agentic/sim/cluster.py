@@ -8,9 +8,9 @@ What it models (and what it does not):
   rollout -> train -> sync for `n_iters` iterations, and leave.
 - Which phase a job queues next comes from the policy's `next_phases`
   (rollout -> train -> sync for all shipped policies); each node serves its
-  jobs in turns, like the plans (`mux.round_robin.node_turn`): a phase
-  starts when its job holds the turn on every node it needs and they are
-  free, so a short job never laps a long one.
+  jobs in turns, like the plans (`turns`): a phase starts when its job
+  holds the turn on every node it needs and they are free, so a short job
+  never laps a long one.
 - Real phase lengths are the worst-case profile times the job's
   per-iteration factors (distributions in `trace`: long-tailed rollout,
   training that scales with generated tokens). Factors come from the
@@ -41,7 +41,7 @@ import numpy as np
 from roll_agentic.mux.group import GroupBook, Node
 from roll_agentic.mux.policy import SchedulerPolicy
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseKind, Pool
-from roll_agentic.mux.round_robin import PhaseSpec, node_turn
+from roll_agentic.mux.round_robin import PhaseSpec
 from roll_agentic.sim.events import EventQueue, EventType
 from roll_agentic.sim.trace import (
     ROLL_FACTOR_MEDIAN,
@@ -49,6 +49,7 @@ from roll_agentic.sim.trace import (
     TRAIN_FACTOR_RANGE,
     TraceJob,
 )
+from roll_agentic.sim.turns import NodeTurns
 
 
 def iteration_factors(seed: int, n_iters: int) -> tuple[np.ndarray, np.ndarray]:
@@ -145,15 +146,11 @@ class _JobRt:
     cold: set[PhaseKind] = field(default_factory=set)  # phases whose state is not resident yet
     tried_at: int = 0  # how many group changes it has already tried (regrouping)
     pending: PhaseSpec | None = None  # queued, waiting for its turn or its nodes
-    round0: int = 0  # its turns' round numbering (`_join`)
-    iters_at_join: int = 0
-    seq: int = 0  # join order: breaks ties within a round
 
 
 @dataclass
 class _NodeRt:
     node: Node
-    served: dict[str, int] = field(default_factory=dict)  # phases each job started here
     busy: bool = False
     last: tuple[str, PhaseKind] | None = None
 
@@ -187,7 +184,7 @@ class ClusterSimulator:
         self._regroup_s = 0.0
         self._changed: list[int] = []  # groups that gained room (opened or left), in order
         self._moves = 0
-        self._joins = 0
+        self._turns = NodeTurns()
         by_id = {j.profile.job_id: j for j in trace_jobs}
         for j in trace_jobs:
             self._events.push(j.arrival_s, EventType.ARRIVE, j.profile.job_id)
@@ -287,6 +284,7 @@ class ClusterSimulator:
         rt = self._jobs[job_id]
         rt.iters_done += 1
         rt.last_end = now
+        self._turns.iteration_done(job_id)
         if rt.iters_done < rt.trace.n_iters:
             if self.regroup:
                 self._regroup(rt, now)  # its nodes are idle: a move is safe now
@@ -313,70 +311,26 @@ class ClusterSimulator:
 
     # -- turns ----------------------------------------------------------------
 
-    def _round(self, rt: _JobRt) -> int:
-        return rt.round0 + rt.iters_done - rt.iters_at_join
-
     def _join(self, rt: _JobRt) -> None:
-        """Give a newcomer turns on its nodes from the round its partners are in.
-
-        Partners that share a node keep within a round of each other, but
-        partners that share none drift apart; a newcomer may tie such sets
-        together. So each set of partners linked by shared nodes is renumbered
-        first, its leading round becoming round 0 (order within a set is
-        kept), and the newcomer starts at round 0, last in join order: after
-        its partners' phases of this round, before their next ones.
-        """
         job_id = rt.trace.profile.job_id
         group = self._book.groups[rt.group_id]
-        linked: dict[str, str] = {}  # union-find over partners sharing nodes
-
-        def root(j: str) -> str:
-            while linked[j] != j:
-                j = linked[j]
-            return j
-
-        for j in group.members:
-            if j != job_id:
-                linked[j] = j
-        for nid in group.nodes:
-            on = [j for j in self._nodes[nid].served if j != job_id]
-            for j in on[1:]:
-                linked[root(j)] = root(on[0])
-        lead: dict[str, int] = {}
-        for j in linked:
-            r = root(j)
-            lead[r] = max(lead.get(r, self._round(self._jobs[j])), self._round(self._jobs[j]))
-        for j in linked:
-            self._jobs[j].round0 -= lead[root(j)]
-        rt.round0, rt.iters_at_join = 0, rt.iters_done
-        rt.seq = self._joins
-        self._joins += 1
         pin = group.pinning[job_id]
-        for nid in set(pin.nodes_for(Pool.ROLLOUT)) | set(pin.train_nodes):
-            self._nodes[nid].served[job_id] = 0
+        partners = [j for j in group.members if j != job_id]
+        self._turns.join(job_id, pin.nodes_for(Pool.ROLLOUT) + pin.train_nodes, partners)
 
     def _leave(self, job_id: str, now: float) -> None:
         """Unpin a job; its turns pass to the partners it leaves behind."""
-        pin = self._book.groups[self._jobs[job_id].group_id].pinning[job_id]
-        nids = set(pin.nodes_for(Pool.ROLLOUT)) | set(pin.train_nodes)
-        for nid in nids:
-            del self._nodes[nid].served[job_id]
+        nids = self._turns.leave(job_id)
         self._release(self._book.remove(job_id), now)
         self._kick([n for n in nids if n in self._nodes], now)
-
-    def _turn(self, node: _NodeRt) -> str:
-        """The job whose phase this node serves next (`node_turn`)."""
-        return node_turn(
-            {j: (self._jobs[j].round0 + n, self._jobs[j].seq) for j, n in node.served.items()}
-        )
 
     def _kick(self, node_ids: Iterable[int], now: float) -> None:
         """Start what waits on free nodes for the job that holds their turn."""
         for nid in node_ids:
-            node = self._nodes[nid]
-            if node.busy or not node.served:
+            turn = self._turns.turn(nid)
+            if self._nodes[nid].busy or turn is None:
                 continue
-            ph = self._jobs[self._turn(node)].pending
+            ph = self._jobs[turn].pending
             if ph is not None and nid in ph.nodes:
                 self._try_start(ph, now)
 
@@ -394,13 +348,13 @@ class ClusterSimulator:
 
     def _try_start(self, ph: PhaseSpec, now: float) -> None:
         nodes = [self._nodes[nid] for nid in ph.nodes]
-        if any(n.busy or self._turn(n) != ph.job_id for n in nodes):
+        if any(n.busy for n in nodes) or not self._turns.holds_turn(ph.job_id, ph.nodes):
             return
         rt = self._jobs[ph.job_id]
         rt.pending = None
+        self._turns.started(ph.job_id, ph.nodes)
         switch = 0.0
         for n in nodes:
-            n.served[ph.job_id] += 1
             n.busy = True
             if n.last != (ph.job_id, ph.kind):
                 resident = n.node.mem_used_gb <= n.node.mem_capacity_gb

@@ -1,0 +1,94 @@
+"""Whose turn it is on each node of the simulated cluster (round robin).
+
+Every node serves the jobs pinned to it in turns (`round_robin.node_turn`):
+the job of the lowest (round, join order) goes next, and the node waits for
+it even when another job's phase is ready. A job's round on a node is the
+round it joined in plus the phases it has started there since, so one
+rollout and one training phase per job per meta-iteration, as in the plans.
+
+Joining is the delicate part. Partners that share a node keep within a
+round of each other, but partners of one group that share none drift
+apart (each at its own pace), and a newcomer may tie such sets together:
+given the leading round it would starve on the nodes of the lagging set
+until that set caught up; given the lagging one it would lap the leading
+set. So on a join each set of partners linked by shared nodes is first
+renumbered so that its leading round is round 0 (order within a set is
+kept), and the newcomer starts at round 0, last in join order: after its
+partners' phases of this round, before their next ones. Renumbering keeps
+every gang's key equal on all its nodes, so no gang deadlocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from roll_agentic.mux.round_robin import node_turn
+
+
+@dataclass
+class NodeTurns:
+    served: dict[int, dict[str, int]] = field(default_factory=dict)  # node: job: phases started
+    nodes_of: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    round0: dict[str, int] = field(default_factory=dict)  # the round a job's counts start from
+    done: dict[str, int] = field(default_factory=dict)  # iterations completed since joining
+    seq: dict[str, int] = field(default_factory=dict)  # join order
+    joins: int = 0
+
+    def round(self, job_id: str) -> int:
+        return self.round0[job_id] + self.done[job_id]
+
+    def join(self, job_id: str, node_ids: Iterable[int], partners: Iterable[str]) -> None:
+        """Give `job_id` turns on its nodes from the round its group's `partners` are in."""
+        linked = {j: j for j in partners}  # union-find over partners sharing nodes
+
+        def root(j: str) -> str:
+            while linked[j] != j:
+                j = linked[j]
+            return j
+
+        for j in linked:
+            for nid in self.nodes_of[j]:
+                for k in self.served[nid]:
+                    linked[root(k)] = root(j)
+        lead: dict[str, int] = {}
+        for j in linked:
+            r = root(j)
+            lead[r] = max(lead.get(r, self.round(j)), self.round(j))
+        for j in linked:
+            self.round0[j] -= lead[root(j)]
+        nodes = tuple(sorted(set(node_ids)))
+        self.nodes_of[job_id] = nodes
+        self.round0[job_id], self.done[job_id] = 0, 0
+        self.seq[job_id] = self.joins
+        self.joins += 1
+        for nid in nodes:
+            self.served.setdefault(nid, {})[job_id] = 0
+
+    def leave(self, job_id: str) -> tuple[int, ...]:
+        """Drop a job's turns; returns the nodes it held turns on."""
+        nodes = self.nodes_of.pop(job_id)
+        for nid in nodes:
+            del self.served[nid][job_id]
+            if not self.served[nid]:
+                del self.served[nid]
+        for d in (self.round0, self.done, self.seq):
+            del d[job_id]
+        return nodes
+
+    def turn(self, node_id: int) -> str | None:
+        """The job whose phase this node serves next; None if none is pinned."""
+        on = self.served.get(node_id)
+        if not on:
+            return None
+        return node_turn({j: (self.round0[j] + n, self.seq[j]) for j, n in on.items()})
+
+    def holds_turn(self, job_id: str, node_ids: Iterable[int]) -> bool:
+        return all(self.turn(nid) == job_id for nid in node_ids)
+
+    def started(self, job_id: str, node_ids: Iterable[int]) -> None:
+        for nid in node_ids:
+            self.served[nid][job_id] += 1
+
+    def iteration_done(self, job_id: str) -> None:
+        self.done[job_id] += 1

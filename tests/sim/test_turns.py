@@ -1,0 +1,42 @@
+"""Node turns in the simulator: round robin per node, and joins that starve no one."""
+
+from roll_agentic.sim.turns import NodeTurns
+
+
+def test_jobs_on_a_node_alternate_whoever_is_ready_first():
+    t = NodeTurns()
+    t.join("a", [1], [])
+    t.join("b", [1], ["a"])
+    order = []
+    for _ in range(6):
+        j = t.turn(1)
+        order.append(j)
+        t.started(j, [1])
+        t.iteration_done(j)
+    assert order == ["a", "b"] * 3
+
+
+def test_a_newcomer_tying_drifted_partners_together_waits_one_phase_at_most():
+    # a and b are in one group but share no node, so their rounds drifted:
+    # a has run 10 iterations, b none. c joins on both their nodes.
+    t = NodeTurns()
+    t.join("a", [1], [])
+    t.join("b", [2], ["a"])
+    for _ in range(10):
+        t.started("a", [1])
+        t.iteration_done("a")
+    t.join("c", [1, 2], ["a", "b"])
+    for node, partner in ((1, "a"), (2, "b")):
+        assert t.turn(node) == partner  # its phase of this round first ...
+        t.started(partner, [node])
+        assert t.turn(node) == "c"  # ... then the newcomer, not ten rounds later
+    assert t.holds_turn("c", [1, 2])
+
+
+def test_leaving_hands_the_turn_on():
+    t = NodeTurns()
+    t.join("a", [1, 2], [])
+    t.join("b", [2], ["a"])
+    assert t.turn(2) == "a"
+    assert t.leave("a") == (1, 2)
+    assert t.turn(2) == "b" and t.turn(1) is None
