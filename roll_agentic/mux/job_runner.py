@@ -114,7 +114,7 @@ class JobRunner:
         self._spawn_workers(rollout_nodes)
         await pin_actors([self.router, self.buffer, *self.workers], self.rollout_cpus)
         # Workers ready before the probe: their start-up is not a rollout phase.
-        await asyncio.gather(*(w.stats.remote() for w in self.workers))
+        await self._worker_stats()
 
     def _initial_weights(self) -> str:
         path = Path(self.model_path) / "model.safetensors"
@@ -156,6 +156,14 @@ class JobRunner:
         shares = [TaskShare(t.name, t.weight, t.group_size) for t in self.cfg.tasks]
         return ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
             shares, self.cfg.algo.groups_per_step, self.cfg.algo.alpha, self.cfg.trainer.seed)
+
+    async def _worker_stats(self) -> list[dict]:
+        # A worker that died between phases fails the job with the same reason as one
+        # that dies mid-phase, not with whichever actor call happened to notice first.
+        try:
+            return list(await asyncio.gather(*(w.stats.remote() for w in self.workers)))
+        except ray.exceptions.RayActorError as err:
+            raise JobFailed(f"a rollout worker stopped between phases: {type(err).__name__}") from err
 
     def _kill_workers(self) -> None:
         for w in self.workers:
@@ -289,7 +297,7 @@ class JobRunner:
         before, after = self._stats
         p = self._phase
         step_s = time.perf_counter() - p["step_t0"]
-        worker_stats = await asyncio.gather(*(w.stats.remote() for w in self.workers))
+        worker_stats = await self._worker_stats()
         routing = await self.router.snapshot.remote()
         buffer_m = await self.buffer.metrics.remote()
         m = rollout_metrics(self._groups, self.version - 1, after, before, list(worker_stats), step_s,
