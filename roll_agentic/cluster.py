@@ -7,6 +7,7 @@ all interfaces and advertises the machine's network address). Cluster:
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 
@@ -33,6 +34,22 @@ def quiet_libraries() -> None:
     """Progress bars of weight loading, once per actor, drown the training display."""
     for k, v in QUIET_ENV.items():
         os.environ.setdefault(k, v)
+
+
+def freeze_startup_heap(only_in_actor: bool = True) -> None:
+    """Takes what a long-lived actor allocated while starting out of the garbage collector's scans.
+
+    Libraries, a tokenizer and an engine leave millions of objects that live as
+    long as the process. Python's full collections scan them all: in a rollout
+    worker one took 0.27-0.37 s, and the worker's event loop, with every episode
+    on it, stood still meanwhile (measured in `bench engine`: the slowest round of
+    every run). Frozen objects are never scanned; what the run allocates is.
+    Outside a Ray actor (an engine or worker built in a test process) it does
+    nothing: that process's heap is not the actor's to freeze."""
+    if only_in_actor and ray.get_runtime_context().get_actor_id() is None:
+        return
+    gc.collect()
+    gc.freeze()
 
 
 def init_ray(cfg: RayConfig) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 import ray
 
 from roll_agentic import faults
+from roll_agentic.cluster import freeze_startup_heap
 from roll_agentic.config import EngineConfig
 from roll_agentic.engine.factory import make_engine
 from roll_agentic.engine.protocol import GenerationResult, SamplingParams
@@ -36,6 +37,7 @@ class EngineHost:
         self.per_task: dict[str, dict[str, float]] = {}
         self._restore = _weights_before_restart()  # Ray restarted this actor: (version, file) it served
         self.vocab_size = _vocab_size(model_path)
+        freeze_startup_heap()
 
     async def _restore_weights(self) -> None:
         # A restarted actor is rebuilt from the initial model: serving it as if it were

@@ -19,6 +19,7 @@ from typing import Any
 
 from envs.registry import make_text_env
 from roll_agentic import faults
+from roll_agentic.cluster import freeze_startup_heap
 from roll_agentic.config import RewardConfig, TaskConfig
 from roll_agentic.engine.engine_client import BatchingEngineClient
 from roll_agentic.engine.protocol import SamplingParams
@@ -69,6 +70,7 @@ class RolloutWorker:
         self.in_flight = 0
         self.counters = {"stale_restarts": 0, "engine_failures": 0, "env_failures": 0, "episodes": 0,
                          "aborted_episodes": 0}
+        freeze_startup_heap()
 
     # -- lifecycle -------------------------------------------------------------------------
     async def run(self) -> dict:
