@@ -91,7 +91,7 @@ class EngineHost:
                 out = []
                 for fut in done:
                     request_id = running.pop(fut)
-                    err = fut.exception()
+                    err = RuntimeError("cancelled") if fut.cancelled() else fut.exception()
                     out.append((request_id, None, f"{type(err).__name__}: {err}") if err
                                else (request_id, fut.result(), ""))
                 yield out

@@ -128,13 +128,17 @@ class TrajectoryBuffer:
 
     def _issue(self) -> Ticket:
         ticket = self._new_ticket()
+        self._granted += 1
+        self._register(ticket)
+        return ticket
+
+    def _register(self, ticket: Ticket) -> None:
+        """The bookkeeping of every issued ticket, whoever decided to issue it."""
         self.state.next_group += 1
         self._tickets[ticket.group_id] = ticket
         self._open[ticket.group_id] = []
         self._outstanding += 1
-        self._granted += 1
         self.counters.tickets_issued += 1
-        return ticket
 
     # -- trajectories in ----------------------------------------------------------------
     async def put(self, traj: Trajectory) -> None:

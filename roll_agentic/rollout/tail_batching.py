@@ -102,12 +102,8 @@ class TailBatchingBuffer(TrajectoryBuffer):
         t = self._round_tickets.popleft()
         ticket = Ticket(f"g{self.state.next_group}", t.task, t.seed, t.group_size, self.state.version,
                         t.keep, t.round_id)
-        self.state.next_group += 1
-        self._tickets[ticket.group_id] = ticket
-        self._open[ticket.group_id] = []
+        self._register(ticket)
         self._round_groups.add(ticket.group_id)
-        self._outstanding += 1
-        self.counters.tickets_issued += 1
         return ticket
 
     def _accept(self, traj: Trajectory) -> None:
