@@ -7,11 +7,14 @@ times a per-response factor (each reset of the same prompt differs), so both
 of tail batching's decisions matter: which prompts to defer, and which
 responses of a prompt to keep. Each turn the agent is asked for a digit; a
 reply with one is a valid move, and the reward is the share of valid moves.
+`step_latency_s` makes each step take that long (a tool call's wall time:
+the step waits, it does not compute), 0 by default.
 """
 
 from __future__ import annotations
 
 import re
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -21,7 +24,10 @@ _DIGIT = re.compile(r"\d")
 
 class TailTurnsEnv(gym.Env):
     def __init__(self, median_turns: float = 2.0, prompt_sigma: float = 1.2, response_sigma: float = 0.4,
-                 max_turns: int = 60):
+                 max_turns: int = 60, step_latency_s: float = 0.0):
+        if step_latency_s < 0:
+            raise ValueError(f"step_latency_s must be >= 0 seconds, got {step_latency_s}")
+        self.step_latency_s = step_latency_s
         self.median_turns, self.prompt_sigma, self.response_sigma = median_turns, prompt_sigma, response_sigma
         self.max_turns = max_turns
         self.observation_space = gym.spaces.Text(256)
@@ -45,6 +51,8 @@ class TailTurnsEnv(gym.Env):
         return "Step 1. Say a digit.", {"turns": self.turns}
 
     def step(self, action: str):
+        if self.step_latency_s:
+            time.sleep(self.step_latency_s)
         self.t += 1
         ok = bool(_DIGIT.search(action))
         self.valid += ok

@@ -1,8 +1,14 @@
 """bench tail: tail batching vs plain synchronous rollout, and streamed vs plain updates.
 
 Same engine, same task (envs/tail_turns.py: episode lengths long-tailed,
-the longest about 25-30x the median), same P0 prompts x R0 responses per
-step, same run. Weights stay fixed, so only the rollout schedule differs:
+the longest of a step about 25x its median, reported as
+`sync_longest_over_median`), same P0 prompts x R0 responses per step, same
+run. Each env step waits `env_step_s` (0.1 s by default), as an agentic
+task's tool calls do. That wait matters on a CPU engine: there, a decode
+step's cost grows with the number of sequences in it (on a GPU it barely
+does), so over-provisioned short rounds cost engine time a GPU would not
+charge; with instantaneous env steps (`--env-step-s 0`) the engine's own
+batching cost decides the comparison. Weights stay fixed, so only the rollout schedule differs:
 - sync: every step waits for all P0 x R0 episodes (alpha = 0);
 - tail: RollPacker's short rounds (eta x P0 prompts, eta x R0 responses,
   first P0 prompts with R0 good responses kept) and long rounds (P0 queued
@@ -69,8 +75,18 @@ def stream_update_diff(model_path: str, groups: list) -> float:
                                                          strict=True) if isinstance(a, torch.Tensor))
 
 
+def longest_over_median(batches: list) -> float:
+    """Per step, the longest episode's turns over the median episode's; the median over steps."""
+    ratios = []
+    for batch in batches:
+        turns = [t.num_turns for g in batch for t in g]
+        if turns:
+            ratios.append(max(turns) / statistics.median(turns))
+    return statistics.median(ratios) if ratios else 0.0
+
+
 def run(backend: str, prompts: int, responses: int, steps: int, eta: float, workers: int,
-        prompt_sigma: float = 1.2, response_sigma: float = 0.4) -> dict:
+        prompt_sigma: float = 1.0, response_sigma: float = 1.8, env_step_s: float = 0.1) -> dict:
     from roll_agentic.cluster import init_ray
     from roll_agentic.config import EngineConfig, RayConfig, TaskConfig
     from roll_agentic.engine.factory import resolve_backend
@@ -85,14 +101,15 @@ def run(backend: str, prompts: int, responses: int, steps: int, eta: float, work
     try:
         task = TaskConfig(name="tail", env_id="envs.tail_turns:TailTurnsEnv", max_turns=64, reward="env_return",
                           group_size=responses, max_new_tokens=8,
-                          env_kwargs={"prompt_sigma": prompt_sigma, "response_sigma": response_sigma})
+                          env_kwargs={"prompt_sigma": prompt_sigma, "response_sigma": response_sigma,
+                                      "step_latency_s": env_step_s})
         engine = engine_actor_class(num_cpus=1).remote(backend, model_path, EngineConfig(max_batch=256,
                                                                                         max_model_len=2048))
         ray.get(engine.ping.remote())
         share = [TaskShare("tail", 1.0, responses)]
         in_flight = max(2, int(prompts * eta) // workers + 1)
-        sync_t, _, _ = _rollout_steps(TrajectoryBuffer, (share, prompts, 0, 0), task, model_path, engine, steps,
-                                      workers, in_flight)
+        sync_t, sync_batches, _ = _rollout_steps(TrajectoryBuffer, (share, prompts, 0, 0), task, model_path, engine,
+                                                 steps, workers, in_flight)
         tail_t, tail_batches, tail_m = _rollout_steps(TailBatchingBuffer, (share, prompts, 0, eta), task, model_path,
                                                       engine, steps, workers, in_flight)
         ray.get(engine.shutdown.remote())
@@ -101,7 +118,9 @@ def run(backend: str, prompts: int, responses: int, steps: int, eta: float, work
         sync_s, tail_s = statistics.fmean(sync_t), statistics.fmean(tail_t)
         return {
             "backend": backend, "prompts_per_step": prompts, "responses_per_prompt": responses, "steps": steps,
-            "eta": eta, "prompt_sigma": prompt_sigma, "response_sigma": response_sigma,
+            "eta": eta, "prompt_sigma": prompt_sigma, "response_sigma": response_sigma, "env_step_s": env_step_s,
+            # The workload's tail as plain synchronous steps see it (RollPacker measured 25-32x).
+            "sync_longest_over_median": round(longest_over_median(sync_batches), 1),
             "sync_rollout_s_per_step": round(sync_s, 3), "tail_rollout_s_per_step": round(tail_s, 3),
             "sync_step_s": [round(x, 2) for x in sync_t], "tail_step_s": [round(x, 2) for x in tail_t],
             "rounds_short": tail_m["tail/rounds_short"], "rounds_long": tail_m["tail/rounds_long"],
@@ -119,19 +138,21 @@ def _main(args) -> int:
     from roll_agentic.bench.cli import report
 
     return report(run(args.backend, args.prompts, args.responses, args.steps, args.eta, args.workers,
-                      args.prompt_sigma, args.response_sigma), args.json)
+                      args.prompt_sigma, args.response_sigma, args.env_step_s), args.json)
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("tail", help="tail batching vs synchronous rollout; streamed vs plain update")
-    p.add_argument("--backend", default="hf", help="auto | vllm | hf")
+    p.add_argument("--backend", default="auto", help="auto (vllm where it imports) | vllm | hf")
     p.add_argument("--prompts", type=int, default=8, help="P0: prompts per step")
     p.add_argument("--responses", type=int, default=4, help="R0: responses per prompt")
-    p.add_argument("--steps", type=int, default=15, help="steps measured per mode")
+    p.add_argument("--steps", type=int, default=20, help="steps measured per mode")
     p.add_argument("--eta", type=float, default=1.25, help="short-round over-provisioning")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--prompt-sigma", type=float, default=1.2, help="log-normal spread of episode length per prompt")
-    p.add_argument("--response-sigma", type=float, default=0.4,
+    p.add_argument("--prompt-sigma", type=float, default=1.0, help="log-normal spread of episode length per prompt")
+    p.add_argument("--response-sigma", type=float, default=1.8,
                    help="log-normal spread of episode length between responses of one prompt")
+    p.add_argument("--env-step-s", type=float, default=0.1,
+                   help="wall time of each env step (a tool call that waits, not computes)")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=_main)
