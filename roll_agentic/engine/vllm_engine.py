@@ -207,6 +207,11 @@ class VLLMEngine:
         self._awake = True
         self._gate_event().set()
 
+    async def reset_prefix_cache(self) -> bool:
+        """Forgets every cached prefix (benchmarks: a measured run must prefill like a fresh one).
+        False when vLLM could not (requests still running hold their blocks)."""
+        return bool(await self._live().reset_prefix_cache())
+
     def stats(self) -> dict[str, float]:
         return dict(self._stats, weight_version=float(self._version),
                     running=float(len(self._running)), queued=float(len(self._waiting)),

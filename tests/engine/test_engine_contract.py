@@ -212,6 +212,15 @@ def test_concurrent_requests_all_complete(h: Harness) -> None:
     assert all(r.finish_reason == "length" for r in results)
 
 
+def test_prefix_cache_empties_when_idle(h: Harness) -> None:
+    reset = getattr(h.engine, "reset_prefix_cache", None)
+    if reset is None:
+        pytest.skip(f"the {h.backend} engine keeps no prefix cache")
+    h.gen_all([(PROMPT, SamplingParams(max_tokens=4), "pc0")])
+    assert h.run(reset()) is True  # nothing running: every cached block is released
+    assert len(h.gen_all([(PROMPT, SamplingParams(max_tokens=4), "pc1")])[0].token_ids) == 4
+
+
 def test_abort_ends_only_that_request(h: Harness) -> None:
     async def scenario() -> tuple[GenerationResult, GenerationResult]:
         long = asyncio.create_task(h.engine.generate(PROMPT, SamplingParams(max_tokens=900), "ab-long"))
