@@ -16,7 +16,8 @@ batching cost decides the comparison. Weights stay fixed, so only the rollout sc
 `tail_batching_speedup` = sync rollout s/step / tail rollout s/step.
 `stream_update_max_abs_diff`: one batch of groups from the tail run, updated
 once with gradients streamed group by group and once after the whole batch,
-from the same initial weights; the largest parameter difference.
+from the same initial weights; the largest parameter difference (float64;
+float32 beside it, with its rerun floor: see stream_update_diffs).
 """
 
 from __future__ import annotations
@@ -59,20 +60,40 @@ def _rollout_steps(buffer_cls, buffer_args, task, model_path, engine, steps: int
     return times, batches, metrics
 
 
-def stream_update_diff(model_path: str, groups: list) -> float:
+def _max_abs_diff(a, b) -> float:
+    return max((x - y).abs().max().item() for x, y in zip(a.model.parameters(), b.model.parameters(), strict=True))
+
+
+def stream_update_diffs(model_path: str, groups: list) -> dict[str, float]:
+    """Streamed vs plain update of one batch, from the same initial weights.
+
+    `stream_update_max_abs_diff` is taken in float64, where it shows what
+    streaming itself changes. In float32 (how training runs) a gradient
+    summed in another memory layout can differ in its last bits, and AdamW,
+    whose first step moves every parameter by about lr whatever its gradient's
+    size, turns last-bit noise on a near-zero gradient into a visible step; so
+    the float32 difference is printed beside the same plain update run twice
+    (`rerun_max_abs_diff_fp32`), the floor any two runs share.
+    """
     import torch
 
     from roll_agentic.config import AlgoConfig, TrainerConfig
     from roll_agentic.train.trainer import PolicyTrainer, samples_from_groups
 
-    plain = PolicyTrainer(model_path, TrainerConfig(), AlgoConfig())
-    streamed = copy.deepcopy(plain)
-    plain.train_step(samples_from_groups(groups))
-    for g in groups:  # as the stream trainer does: each finished group as it comes
-        streamed.accumulate(samples_from_groups([g]))
-    streamed.apply()
-    return max((a - b).abs().max().item() for a, b in zip(plain.model.parameters(), streamed.model.parameters(),
-                                                         strict=True) if isinstance(a, torch.Tensor))
+    out = {}
+    for dtype, key in ((torch.float64, "stream_update_max_abs_diff"), (torch.float32, "stream_update_max_abs_diff_fp32")):
+        plain = PolicyTrainer(model_path, TrainerConfig(), AlgoConfig())
+        plain.model.to(dtype)  # in place: the optimizer keeps the same parameters
+        streamed, rerun = copy.deepcopy(plain), copy.deepcopy(plain)
+        plain.train_step(samples_from_groups(groups))
+        for g in groups:  # as the stream trainer does: each finished group as it comes
+            streamed.accumulate(samples_from_groups([g]))
+        streamed.apply()
+        out[key] = _max_abs_diff(plain, streamed)
+        if dtype == torch.float32:
+            rerun.train_step(samples_from_groups(groups))
+            out["rerun_max_abs_diff_fp32"] = _max_abs_diff(plain, rerun)
+    return out
 
 
 def longest_over_median(batches: list) -> float:
@@ -114,7 +135,7 @@ def run(backend: str, prompts: int, responses: int, steps: int, eta: float, work
                                                       engine, steps, workers, in_flight)
         ray.get(engine.shutdown.remote())
         lengths = [t.num_turns for b in tail_batches for g in b for t in g]
-        diff = stream_update_diff(model_path, tail_batches[-1])
+        diffs = stream_update_diffs(model_path, tail_batches[-1])
         sync_s, tail_s = statistics.fmean(sync_t), statistics.fmean(tail_t)
         return {
             "backend": backend, "prompts_per_step": prompts, "responses_per_prompt": responses, "steps": steps,
@@ -127,7 +148,7 @@ def run(backend: str, prompts: int, responses: int, steps: int, eta: float, work
             "aborted_prompts": tail_m["tail/aborted_prompts"], "long_queue_at_end": tail_m["tail/long_queue"],
             "trained_turns_median": statistics.median(lengths), "trained_turns_max": max(lengths),
             "tail_batching_speedup": round(sync_s / tail_s, 3),
-            "stream_update_max_abs_diff": diff,
+            **diffs,
         }
     finally:
         if started:
