@@ -14,8 +14,16 @@ On arrival, with the job's conservative (worst-case) profile:
    T_k(solo), with a
    small `headroom` kept back for run-time variance the profile cannot see
    (queueing behind phases whose lengths vary from iteration to iteration);
-5. take the cheapest feasible candidate; among equal costs, the one that
-   leaves its group tightest (best fit keeps other groups' room for later).
+5. take the feasible candidate that adds the least *effective* $/h: the
+   group's cost times its members over their summed progress rates, after
+   minus before (`_effective_cost`), against the job's solo cost for a new
+   group. The paper takes the cheapest feasible one; but a free pack that
+   slows its group keeps every member's nodes longer, which can cost more
+   than a rollout node opened to avoid it (`rate_aware=False`: the paper's
+   rule). Candidates are simulated in order of a bound on their score
+   (the newcomer can run no faster than its busiest node allows, the
+   members no faster than now), and the search stops when none left can
+   win.
 
 Existing nodes are chosen least-loaded first, so a candidate per (group, k)
 is one deterministic pinning, not a search.
@@ -33,7 +41,12 @@ from roll_agentic.mux.group import (
 )
 from roll_agentic.mux.policy import RoundRobinPhases
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool, phase_times, planned
-from roll_agentic.mux.round_robin import MemberPlan, evaluate_round_robin, members_of
+from roll_agentic.mux.round_robin import (
+    MemberPlan,
+    evaluate_round_robin,
+    members_of,
+    progress_rate,
+)
 
 # Kept back from every SLO for what plans on typical lengths cannot see: a
 # meta-iteration lasts as long as its slowest phase, and phase lengths vary
@@ -141,6 +154,11 @@ def group_candidates(
     return _pack_or_add_rollout(group, job, spec, train, rollout)
 
 
+# A candidate: (bound, extra $/h, unlikely, -tightness, index), its group,
+# rollout and training nodes it opens, existing nodes it pins (rollout first).
+_Ranked = tuple[tuple[float, float, bool, float, int], Group, int, int, tuple[int, ...]]
+
+
 @dataclass(frozen=True)
 class _GroupView:
     """What placement needs of a group, computed once per membership."""
@@ -152,12 +170,15 @@ class _GroupView:
     max_load: float
     sum_load: float
     budget: float  # min over members of SLO x solo iteration: the cycle may not pass it
+    cost: float  # $/h of the group's nodes
+    rate: float  # summed progress rates of the members (solo iterations per co-run one)
     train_order: list[int]  # training nodes, least loaded first
     rollout_order: list[int]
     saturated: bool
 
 
-def _view(group: Group, spec: ClusterSpec) -> _GroupView:
+def _view(group: Group, spec: ClusterSpec, rate: float | None = None) -> _GroupView:
+    """The group's view; `rate`: its members' summed progress, if already known."""
     plans = members_of(group, spec)
     load = {nid: 0.0 for nid in group.nodes}
     for m in plans:
@@ -174,6 +195,9 @@ def _view(group: Group, spec: ClusterSpec) -> _GroupView:
     # Co-located members share no idle phase with anyone: treat as saturated.
     saturated = top >= cycle or any(p.colocated for p in group.pinning.values())
     budget = min(p.slo * p.planned_iter_s for p in group.members.values())
+    if rate is None:
+        periods = evaluate_round_robin(plans, switch_s=spec.warm_switch_s) if len(plans) > 1 else []
+        rate = progress_rate(periods, list(group.members.values()))
     return _GroupView(
         tuple(group.pinning),
         plans,
@@ -182,6 +206,8 @@ def _view(group: Group, spec: ClusterSpec) -> _GroupView:
         top,
         sum(load.values()),
         budget,
+        group.cost_per_hour(spec),
+        rate,
         order(Pool.TRAIN),
         order(Pool.ROLLOUT),
         saturated,
@@ -190,7 +216,7 @@ def _view(group: Group, spec: ClusterSpec) -> _GroupView:
 
 @dataclass
 class RollMuxPolicy(RoundRobinPhases):
-    """Cheapest SLO-feasible candidate; among equal costs the tightest fit.
+    """SLO-feasible candidate of least effective cost (see the module docstring).
 
     A candidate may leave its group saturated (a node loaded beyond the
     longest solo cycle): the paper skips groups saturated *before* placing,
@@ -204,23 +230,37 @@ class RollMuxPolicy(RoundRobinPhases):
     # Offer a job left alone in its group (its partners finished) to groups
     # that gained room, between iterations; the simulator pays the cold
     # start of the move. A lone job pays a whole solo allocation otherwise.
-    # Not in the paper (it places on arrival only), so off by default:
-    # measured on the 200-job trace (seed 0) it saves 2.4 % ($837/h vs
-    # $857/h), SLOs all met there and on 2,000 jobs. (Under first-come-
-    # first-served nodes, movers re-entered mid-rhythm and missed SLOs.)
-    regroup: bool = False
+    # Not in the paper (it places on arrival only). Measured on the 200-job
+    # trace (seed 0) with effective-cost choice: $862/h without, $823/h
+    # with; SLOs all met there and on 2,000 jobs. (Under first-come-first-
+    # served nodes, movers re-entered mid-rhythm and missed SLOs.)
+    regroup: bool = True
     # Beyond the paper's three kinds: let a job share any subset of a
     # group's nodes and open the rest in either pool (e.g. a 2-training-node
     # job joining a 1-training-node group). The brute-force optimum searches
     # this space; see sim/optimal.py for what it buys.
     share_any: bool = False
+    # With share_any: the newcomer must share a training node (the dear
+    # one); sharing only rollout nodes saves little and uses up room.
+    share_train: bool = False
+    # Choose among feasible candidates by effective cost (slowdowns priced
+    # in); off: the paper's rule, the first (cheapest) feasible candidate.
+    rate_aware: bool = True
     name: str = "rollmux"
     _views: dict[int, _GroupView] = field(default_factory=dict, repr=False)
+    _groups: dict[int, Group] = field(default_factory=dict, repr=False)  # whose views we keep
+    # The winning candidate's membership and progress rate, measured by its
+    # SLO check: the group's next view needs no simulation of its own.
+    _joined: dict[int, tuple[tuple[str, ...], float]] = field(default_factory=dict, repr=False)
 
     def _group_view(self, group: Group) -> _GroupView:
         view = self._views.get(group.group_id)
-        if view is None or view.members != tuple(group.pinning):
-            view = self._views[group.group_id] = _view(group, self.spec)
+        members = tuple(group.pinning)
+        if view is None or view.members != members:
+            known = self._joined.pop(group.group_id, None)
+            rate = known[1] if known is not None and known[0] == members else None
+            view = self._views[group.group_id] = _view(group, self.spec, rate)
+            self._groups[group.group_id] = group
         return view
 
     def place(self, groups: Mapping[int, Group], job: JobProfile) -> Placement:
@@ -241,7 +281,7 @@ class RollMuxPolicy(RoundRobinPhases):
         price_r, price_t = spec.price(Pool.ROLLOUT), spec.price(Pool.TRAIN)
         # Training nodes a candidate may open: none in the paper's kinds.
         t_new_max = job.n_train if self.share_any else 0
-        ranked: list[tuple[tuple[float, bool, float, int], Group, int, int, tuple[int, ...]]] = []
+        ranked: list[_Ranked] = []
         for group in groups.values():
             view = self._group_view(group)
             if view.saturated:  # no idle phase left to fill
@@ -253,7 +293,7 @@ class RollMuxPolicy(RoundRobinPhases):
             budget = min(view.budget / (1.0 + self.headroom), job_budget)
             for t_new in range(t_new_max + 1):
                 t_reuse = job.n_train - t_new
-                if t_reuse > len(train):
+                if t_reuse > len(train) or (t_reuse == 0 and self.share_train):
                     continue
                 train_top = view.load[train[t_reuse - 1]] + train_add if t_reuse else train_add
                 base = view.sum_load + job.n_train * train_add + job.n_rollout * roll_add
@@ -275,13 +315,33 @@ class RollMuxPolicy(RoundRobinPhases):
                     if not likely and self.screen:
                         continue
                     tight = base / (len(view.load) + r_new + t_new) / max(cycle, top)
-                    key = (extra, not likely, -tight, len(ranked))
+                    lb = extra
+                    if self.rate_aware:
+                        # Its busiest node serves all its phases once per
+                        # meta-iteration: the newcomer cannot run faster.
+                        own = train_top if t_reuse else train_add
+                        if r_reuse:
+                            own = max(own, view.load[rollout[r_reuse - 1]] + roll_add)
+                        rate_max = min(1.0, t.iter_s / max(t.iter_s, own - switch))
+                        lb = _effective_cost(view, extra, rate_max)
+                    key = (lb, extra, not likely, -tight, len(ranked))
                     pinned = tuple(rollout[:r_reuse]) + tuple(train[:t_reuse])
                     ranked.append((key, group, r_new, t_new, pinned))
         ranked.sort(key=lambda r: r[0])
-        for checks, (key, group, r_new, t_new, pinned) in enumerate(ranked):
+        if len(self._views) > 2 * len(groups) + 16:
+            # Drop dissolved groups' views (a caller may offer only some
+            # groups, when regrouping: the others' views stay good).
+            for gid in [g for g, grp in self._groups.items() if not grp.members]:
+                del self._views[gid], self._groups[gid]
+        best, best_score = fallback, fallback.extra_cost_per_hour
+        checks = 0
+        for key, group, r_new, t_new, pinned in ranked:
             if checks >= self.max_checks:
                 break
+            lb, extra = key[0], key[1]
+            if lb >= best_score:
+                break  # ranked by bound: no candidate left can win
+            view = self._views[group.group_id]
             reused, train_ids = pinned[: job.n_rollout - r_new], pinned[job.n_rollout - r_new :]
             fresh = max(group.nodes) + 1
             plan = MemberPlan(
@@ -289,21 +349,43 @@ class RollMuxPolicy(RoundRobinPhases):
                 reused + tuple(range(fresh, fresh + r_new)),
                 train_ids + tuple(range(fresh + r_new, fresh + r_new + t_new)),
             )
-            view = self._views[group.group_id]
-            if _slo_met([*view.plans, plan], [*group.members.values(), job], switch, self.headroom):
-                kind = CandidateKind.PACK if key[0] == 0 else CandidateKind.ADD_ROLLOUT
-                return Placement(
-                    kind if t_new == 0 else CandidateKind.SHARE,
-                    group.group_id,
-                    rollout_nodes=reused,
-                    train_nodes=train_ids,
-                    new_rollout=r_new,
-                    new_train=t_new,
-                    extra_cost_per_hour=key[0],
-                )
-        for gid in [g for g in self._views if g not in groups]:
-            del self._views[gid]  # dissolved groups
-        return fallback
+            profiles = [*group.members.values(), job]
+            checks += 1
+            periods = evaluate_round_robin([*view.plans, plan], switch_s=switch)
+            if not slo_periods_ok(periods, profiles, self.headroom):
+                continue
+            kind = CandidateKind.PACK if extra == 0 else CandidateKind.ADD_ROLLOUT
+            placement = Placement(
+                kind if t_new == 0 else CandidateKind.SHARE,
+                group.group_id,
+                rollout_nodes=reused,
+                train_nodes=train_ids,
+                new_rollout=r_new,
+                new_train=t_new,
+                extra_cost_per_hour=extra,
+            )
+            if not self.rate_aware:
+                return placement  # the paper: the cheapest feasible candidate
+            score_gain = progress_rate(periods, profiles) - view.rate
+            score = _effective_cost(view, extra, score_gain)
+            if score < best_score:
+                best, best_score = placement, score
+                joined = (*view.members, job.job_id), view.rate + score_gain
+        if best is not fallback:
+            self._joined[best.group_id] = joined
+        return best
+
+
+def _effective_cost(view: _GroupView, extra: float, gained: float) -> float:
+    """$/h a candidate adds once slowdowns are paid for: the group's effective cost after minus before.
+
+    A group of n members that progresses at a summed rate R keeps its nodes
+    n / R times as long as its work needs at solo speed, so its effective
+    cost is C * n / R; a job of its own adds its solo cost (rate 1). Members
+    are taken to have equal work left, which no placement can know better.
+    """
+    n = len(view.members)
+    return (view.cost + extra) * (n + 1) / (view.rate + gained) - view.cost * n / view.rate
 
 
 def _slo_met(

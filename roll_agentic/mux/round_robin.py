@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from roll_agentic.mux.group import Group, Pinning
-from roll_agentic.mux.profile import ClusterSpec, PhaseKind, PhaseTimes, Pool, planned
+from roll_agentic.mux.profile import (
+    ClusterSpec,
+    JobProfile,
+    PhaseKind,
+    PhaseTimes,
+    Pool,
+    planned,
+)
 
 
 @dataclass(frozen=True)
@@ -173,6 +180,17 @@ def evaluate_round_robin(
                 try_start(waiting, now)
     # Train end to train end: one rollout, one train and one sync, as solo.
     return [_steady_period(e) for e in ends]
+
+
+def progress_rate(periods: list[float], profiles: Sequence[JobProfile]) -> float:
+    """Summed progress of members running at `periods`: 1 per job at solo speed.
+
+    A lone member runs at solo speed by definition (its plan's switch
+    overheads are an artefact of running alone in the evaluator).
+    """
+    if len(profiles) == 1:
+        return 1.0
+    return sum(min(1.0, p.planned_iter_s / t) for t, p in zip(periods, profiles, strict=True))
 
 
 def evaluate_static_order(

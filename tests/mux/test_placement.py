@@ -175,3 +175,31 @@ def test_plans_run_on_typical_phase_lengths():
     (plan,) = members_of(group, SPEC)
     assert plan.times.roll_s == 0.8 * b.roll_s and plan.times.train_s == 0.95 * b.train_s
     assert b2.planned_iter_s == 0.8 * b.roll_s + b.sync_s + 0.95 * b.train_s
+
+
+def test_a_free_pack_that_slows_its_group_loses_to_a_rollout_node():
+    # Two rollout-heavy jobs on one rollout node queue behind each other
+    # (1260 s + 1260 s of rollout per 1808 s cycle: 1.4x); with a rollout
+    # node of its own, the newcomer only shares the training node, which
+    # has room (540 + 540 s). The paper's rule takes the free pack; priced
+    # by progress, the slowdown costs more than the 8 $/h node.
+    a, b = job(0, rho=0.7, slo=2.0), job(1, rho=0.7, slo=2.0)
+    book = place_all(RollMuxPolicy(SPEC), [a])
+    (group,) = book.groups.values()
+    paper = RollMuxPolicy(SPEC, rate_aware=False).place(book.groups, b)
+    assert paper.kind is CandidateKind.PACK
+    assert slo_ok(group, b, paper, SPEC, headroom=SLO_HEADROOM)  # feasible, only slow
+    p = RollMuxPolicy(SPEC).place(book.groups, b)
+    assert p.kind is CandidateKind.ADD_ROLLOUT and p.new_rollout == 1
+    assert p.train_nodes == tuple(group.node_ids(Pool.TRAIN))
+
+
+def test_the_rate_a_placement_measured_is_the_rate_of_the_group_it_forms():
+    from roll_agentic.mux.placement import _view
+
+    policy = RollMuxPolicy(SPEC)
+    jobs = [job(0, rho=0.7, slo=1.6), job(1, rho=0.3, length=2000.0, slo=1.6), job(2, rho=0.5)]
+    book = place_all(policy, jobs)
+    policy.place(book.groups, job(3))  # refreshes the views of the groups formed
+    for group in book.groups.values():
+        assert policy._group_view(group).rate == _view(group, SPEC).rate

@@ -106,8 +106,8 @@ def _lone_partners():
 
 def test_a_job_left_alone_moves_into_a_group_with_room_and_it_pays_off():
     jobs = _lone_partners()
-    stay = ClusterSimulator(SPEC, RollMuxPolicy(SPEC)).run(jobs)
-    move = ClusterSimulator(SPEC, RollMuxPolicy(SPEC, regroup=True)).run(jobs)
+    stay = ClusterSimulator(SPEC, RollMuxPolicy(SPEC, regroup=False)).run(jobs)
+    move = ClusterSimulator(SPEC, RollMuxPolicy(SPEC)).run(jobs)  # regroups by default
     assert stay.moves == 0 and move.moves >= 1
     train_h = [
         sum(a.closed - a.opened for a in r.allocations if a.pool == "train") / 3600
