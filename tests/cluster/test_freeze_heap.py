@@ -1,6 +1,7 @@
 """Long-lived actors take their start-up heap out of the collector's scans (cluster.freeze_startup_heap)."""
 
 import gc
+import weakref
 
 from roll_agentic.cluster import freeze_startup_heap
 
@@ -10,14 +11,24 @@ def test_start_up_objects_are_frozen_and_new_ones_still_collected():
         def __init__(self):
             self.me = self  # a cycle: only the cyclic collector frees it
 
-    freeze_startup_heap(only_in_actor=False)
-    frozen = gc.get_freeze_count()
-    assert frozen > 0
-    cycle = Node()
-    del cycle
-    assert gc.collect() >= 1  # what the run allocates after start-up is still collected
-    assert gc.get_freeze_count() >= frozen
-    gc.unfreeze()  # leave the test process as it was
+    gc.disable()  # no automatic collection between the steps below
+    try:
+        before = Node()  # allocated during "start-up"
+        frozen_ref = weakref.ref(before)
+        freeze_startup_heap(only_in_actor=False)
+        assert gc.get_freeze_count() > 0
+        del before
+        after = Node()  # allocated by the run
+        new_ref = weakref.ref(after)
+        del after
+        gc.collect()
+        assert frozen_ref() is not None  # frozen: never scanned, so not even its garbage is found
+        assert new_ref() is None  # what the run allocates is still collected
+    finally:
+        gc.unfreeze()  # leave the test process as it was
+        gc.enable()
+    gc.collect()
+    assert frozen_ref() is None
 
 
 def test_outside_an_actor_nothing_is_frozen():
