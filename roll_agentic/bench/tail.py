@@ -8,7 +8,8 @@ task's tool calls do. That wait matters on a CPU engine: there, a decode
 step's cost grows with the number of sequences in it (on a GPU it barely
 does), so over-provisioned short rounds cost engine time a GPU would not
 charge; with instantaneous env steps (`--env-step-s 0`) the engine's own
-batching cost decides the comparison. Weights stay fixed, so only the rollout schedule differs:
+batching cost decides the comparison. Weights stay fixed, so only the
+rollout schedule differs:
 - sync: every step waits for all P0 x R0 episodes (alpha = 0);
 - tail: RollPacker's short rounds (eta x P0 prompts, eta x R0 responses,
   first P0 prompts with R0 good responses kept) and long rounds (P0 queued
@@ -84,13 +85,14 @@ def stream_update_diffs(model_path: str, groups: list) -> dict[str, float]:
     for dtype, key in ((torch.float64, "stream_update_max_abs_diff"), (torch.float32, "stream_update_max_abs_diff_fp32")):
         plain = PolicyTrainer(model_path, TrainerConfig(), AlgoConfig())
         plain.model.to(dtype)  # in place: the optimizer keeps the same parameters
-        streamed, rerun = copy.deepcopy(plain), copy.deepcopy(plain)
+        streamed = copy.deepcopy(plain)
+        rerun = copy.deepcopy(plain) if dtype == torch.float32 else None
         plain.train_step(samples_from_groups(groups))
         for g in groups:  # as the stream trainer does: each finished group as it comes
             streamed.accumulate(samples_from_groups([g]))
         streamed.apply()
         out[key] = _max_abs_diff(plain, streamed)
-        if dtype == torch.float32:
+        if rerun is not None:
             rerun.train_step(samples_from_groups(groups))
             out["rerun_max_abs_diff_fp32"] = _max_abs_diff(plain, rerun)
     return out

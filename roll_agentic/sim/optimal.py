@@ -32,7 +32,7 @@ from roll_agentic.mux.placement import (
 )
 from roll_agentic.mux.policy import RoundRobinPhases
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
-from roll_agentic.mux.round_robin import evaluate_round_robin, members_of
+from roll_agentic.mux.round_robin import evaluate_round_robin, members_of, progress_rate
 
 
 @dataclass(frozen=True)
@@ -72,9 +72,7 @@ class _GroupCache:
             profiles = list(group.members.values())
             # Alone, a job runs at solo speed by definition.
             ok = len(profiles) == 1 or slo_periods_ok(periods, profiles, self.headroom)
-            rate = sum(
-                min(1.0, p.planned_iter_s / t) for p, t in zip(profiles, periods, strict=True)
-            )
+            rate = progress_rate(periods, profiles)
             hit = self._memo[key] = (ok, rate)
         return hit
 
