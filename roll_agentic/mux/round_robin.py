@@ -104,17 +104,76 @@ def evaluate_round_robin(
 
     Every node serves its members in turns (`node_turn`): a phase starts
     when its job holds the turn on all its nodes and they are free. Members
-    join at t = 0 in list order. A node pays `switch_s` when it
-    starts a phase of another job or kind than its previous one (a warm
-    switch: the state is resident in host memory). Phases are numbered 2*j
-    (rollout of member j) and 2*j+1 (its training); nodes are renumbered
-    densely, because this runs inside every SLO check. The cold start
-    settles slowly when gangs of nodes overlap, so the run lasts
-    6 + 3 * members iterations by default and the period is read from its
-    second half.
+    join at t = 0 in list order. A node pays `switch_s` when it starts a
+    phase of another job or kind than its previous one (a warm switch: the
+    state is resident in host memory). The cold start settles slowly when
+    gangs of nodes overlap, so the run lasts 6 + 3 * members iterations by
+    default and the period is read from its second half.
+
+    With each node in one pool, a node's turn key is (meta-iteration, join
+    order), so it serves its members in join order, round after round, and
+    every phase starts at the latest end of what it waits for: its job's
+    previous phase (plus sync) and the previous phase on each of its nodes.
+    That is a recursion in meta-iteration then join order, computed here
+    without an event queue (this runs inside every SLO check, thousands of
+    times per trace). A node that serves both pools (a co-located member)
+    has two turns per meta-iteration: `_evaluate_by_events` runs that case.
     """
     if meta_iterations is None:
         meta_iterations = 6 + 3 * len(members)
+    index: dict[int, int] = {}
+    roll_nodes: list[list[int]] = []
+    train_nodes: list[list[int]] = []
+    for m in members:
+        roll_nodes.append([index.setdefault(n, len(index)) for n in m.rollout_nodes])
+        train_nodes.append([index.setdefault(n, len(index)) for n in m.train_nodes])
+    in_roll = {n for ns in roll_nodes for n in ns}
+    if any(n in in_roll for ns in train_nodes for n in ns):
+        return _evaluate_by_events(members, meta_iterations, switch_s)
+    n_nodes = len(index)
+    free = [0.0] * n_nodes  # when each node's previous phase ends
+    last = [-1] * n_nodes  # its previous phase: 2 * member (+1 for training)
+    ready = [0.0] * len(members)  # when each member's next rollout may start
+    ends: list[list[float]] = [[] for _ in members]
+    phases = [
+        (2 * j, roll_nodes[j], m.times.roll_s, 2 * j + 1, train_nodes[j], m.times.train_s)
+        for j, m in enumerate(members)
+    ]
+    syncs = [m.times.sync_s for m in members]
+    for _ in range(meta_iterations):
+        for j, (r_ph, r_ns, r_dur, t_ph, t_ns, t_dur) in enumerate(phases):
+            start, switch = ready[j], 0.0
+            for n in r_ns:
+                if free[n] > start:
+                    start = free[n]
+                if last[n] != r_ph and last[n] != -1:
+                    switch = switch_s
+            end = start + switch + r_dur
+            for n in r_ns:
+                free[n], last[n] = end, r_ph
+            start, switch = end, 0.0
+            for n in t_ns:
+                if free[n] > start:
+                    start = free[n]
+                if last[n] != t_ph and last[n] != -1:
+                    switch = switch_s
+            end = start + switch + t_dur
+            for n in t_ns:
+                free[n], last[n] = end, t_ph
+            ends[j].append(end)
+            ready[j] = end + syncs[j]
+    # Train end to train end: one rollout, one train and one sync, as solo.
+    return [_steady_period(e) for e in ends]
+
+
+def _evaluate_by_events(
+    members: Sequence[MemberPlan], meta_iterations: int, switch_s: float
+) -> list[float]:
+    """`evaluate_round_robin` by events, for any pinning (nodes may serve both pools).
+
+    Phases are numbered 2*j (rollout of member j) and 2*j+1 (its
+    training); nodes are renumbered densely.
+    """
     index: dict[int, int] = {}
     phase_nodes: list[list[int]] = []
     phase_dur: list[float] = []

@@ -187,17 +187,20 @@ def optimality(
 
 
 def scale(n_jobs: int = 2000, seed: int = 0, spec: ClusterSpec | None = None) -> dict:
-    """Scheduler CPU time to place every job of an `n_jobs` trace (RollMux)."""
+    """Scheduler CPU time to place every job of an `n_jobs` trace (RollMux), regrouping included."""
     spec = spec or ClusterSpec()
     wl = WorkloadSpec(n_jobs=n_jobs, span_days=14.0 * n_jobs / 200)
     trace = generate_trace(seed, wl)
     t0 = time.perf_counter()
     result = ClusterSimulator(spec, RollMuxPolicy(spec)).run(trace.jobs)
+    # Offering lone jobs a move between iterations is scheduler work too:
+    # the total counts both, and each part is shown.
+    total = result.scheduler_time_s + result.regroup_time_s
     return {
         "jobs": n_jobs,
-        f"scheduler_time_s_{n_jobs}_jobs": round(result.scheduler_time_s, 4),
-        "per_job_ms": round(1000 * result.scheduler_time_s / n_jobs, 4),
-        # Moving lone jobs between iterations is not placing arrivals: apart.
+        f"scheduler_time_s_{n_jobs}_jobs": round(total, 4),
+        "per_job_ms": round(1000 * total / n_jobs, 4),
+        "placement_time_s": round(result.scheduler_time_s, 4),
         "regroup_time_s": round(result.regroup_time_s, 4),
         "moves": result.moves,
         "slo_attainment": round(result.slo_attainment, 4),

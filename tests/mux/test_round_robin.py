@@ -7,6 +7,7 @@ from roll_agentic.mux.group import Pinning
 from roll_agentic.mux.profile import PhaseKind, PhaseTimes
 from roll_agentic.mux.round_robin import (
     MemberPlan,
+    _evaluate_by_events,
     evaluate_round_robin,
     evaluate_static_order,
     round_robin_next,
@@ -84,3 +85,33 @@ def test_next_phases_loop_rollout_train_sync():
     assert round_robin_next(pin, "j", PhaseKind.SYNC)[0].kind is PhaseKind.ROLLOUT
     colo = Pinning((), (7, 8), colocated=True)
     assert round_robin_next(colo, "j", None)[0].nodes == (7, 8)
+
+
+@st.composite
+def gang_groups(draw):
+    """1-5 members pinned to random subsets of a few rollout and training nodes (gangs overlap)."""
+    n_roll, n_train = draw(st.integers(1, 5)), draw(st.integers(1, 3))
+    members = []
+    for _ in range(draw(st.integers(1, 5))):
+        roll = draw(st.sets(st.integers(0, n_roll - 1), min_size=1))
+        train = draw(st.sets(st.integers(100, 100 + n_train - 1), min_size=1))
+        times = PhaseTimes(
+            draw(st.floats(50, 2000)), draw(st.floats(50, 2000)), draw(st.floats(0, 30))
+        )
+        members.append(MemberPlan(times, tuple(sorted(roll)), tuple(sorted(train))))
+    return members
+
+
+@settings(max_examples=200, deadline=None)
+@given(gang_groups(), st.sampled_from([0.0, 1.9]))
+def test_recursion_matches_the_event_run_of_round_robin(members, switch_s):
+    # The fast recursion must be the same schedule as turns taken by events.
+    fast = evaluate_round_robin(members, switch_s=switch_s)
+    assert fast == _evaluate_by_events(members, 6 + 3 * len(members), switch_s)
+
+
+def test_colocated_member_is_run_by_events():
+    # A node in both pools has two turns per meta-iteration: the event run handles it.
+    colo = MemberPlan(PhaseTimes(300, 400, 5), (7,), (7,))
+    other = MemberPlan(PhaseTimes(200, 100, 5), (1,), (7,))
+    assert evaluate_round_robin([colo, other]) == _evaluate_by_events([colo, other], 12, 0.0)

@@ -3,6 +3,8 @@
 import json
 from dataclasses import replace
 
+import pytest
+
 from roll_agentic.mux.placement import SLO_HEADROOM, RollMuxPolicy
 from roll_agentic.mux.profile import ClusterSpec, JobProfile
 from roll_agentic.sim import cli
@@ -108,3 +110,12 @@ def test_the_optimum_obeys_rollmux_feasibility_rules_and_its_budget():
     capped = solve(jobs, SPEC, node_budget=3)
     # Placements tried, then stop (each open level notices once on its way out).
     assert not capped.complete and capped.visited <= 3 + len(jobs)
+
+
+def test_scale_counts_regrouping_as_scheduler_time():
+    from roll_agentic.sim.compare import scale
+
+    doc = scale(60)
+    parts = doc["placement_time_s"] + doc["regroup_time_s"]
+    assert doc["scheduler_time_s_60_jobs"] == pytest.approx(parts, abs=2e-4)
+    assert doc["slo_attainment"] == 1.0
