@@ -41,6 +41,9 @@ class TailBatchingBuffer(TrajectoryBuffer):
         self.long_queue: deque[tuple[str, int]] = deque()
         self.round_id = -1
         self.round_kind = ""
+        # The kind of the round last closed: metrics are read after the trainer has
+        # advanced (and so started the next round), and describe the round it trained.
+        self.closed_round_kind = ""
         self._round_tickets: deque[Ticket] = deque()
         self._round_groups: set[str] = set()
         self._round_done = 0
@@ -87,6 +90,7 @@ class TailBatchingBuffer(TrajectoryBuffer):
             self.tail["aborted_prompts"] += 1
         self._round_groups.clear()
         self._round_tickets.clear()
+        self.closed_round_kind = self.round_kind
         self._closed[self.round_id].set()
 
     async def wait_round_closed(self, round_id: int) -> None:
@@ -197,5 +201,5 @@ class TailBatchingBuffer(TrajectoryBuffer):
         m = super().metrics()
         m.update({f"tail/{k}": float(v) for k, v in self.tail.items()})
         m["tail/long_queue"] = float(len(self.long_queue))
-        m["tail/round_is_long"] = float(self.round_kind == "long")
+        m["tail/round_is_long"] = float(self.closed_round_kind == "long")
         return m

@@ -56,6 +56,25 @@ def test_long_round_runs_exactly_p0_queued_prompts_without_overprovisioning():
     asyncio.run(main())
 
 
+def test_round_kind_metric_describes_the_round_trained_not_the_next():
+    # The trainer reads metrics after advance(), which has already opened the next round.
+    async def main():
+        buf = TailBatchingBuffer([TaskShare("a", 1.0, 2)], groups_per_step=2, eta=1.5)
+        for step in range(1, 10):
+            trained_kind = buf.round_kind
+            tickets = await _drain_tickets(buf)
+            for t in tickets[:2]:
+                await buf.put_many([_traj(t, i) for i in range(2)])
+            await buf.get_batch(2, 0)
+            await buf.advance(step)
+            assert buf.metrics()["tail/round_is_long"] == float(trained_kind == "long")
+            if trained_kind == "long":
+                assert buf.round_kind == "short"  # the next round differs: the metric did not follow it
+                return
+        raise AssertionError("no long round ran")
+    asyncio.run(main())
+
+
 def test_extra_responses_beyond_r0_are_not_trained():
     async def main():
         buf = TailBatchingBuffer([TaskShare("a", 1.0, 2)], groups_per_step=1, eta=2.0)
