@@ -235,6 +235,22 @@ def test_abort_ends_only_that_request(h: Harness) -> None:
     assert sibling.finish_reason == "length" and len(sibling.token_ids) == 24
 
 
+def test_abort_returns_every_token_made_so_far(h: Harness) -> None:
+    # vLLM sends a request's output only after its first token and at its end
+    # (FIRST_AND_LAST_ONLY): the abort's final output must carry the rest.
+    async def scenario() -> GenerationResult:
+        await h.engine.generate(PROMPT, SamplingParams(max_tokens=2), "so-far-warm")  # a fresh engine's first step is slow
+        task = asyncio.create_task(h.engine.generate(PROMPT, SamplingParams(max_tokens=900), "so-far"))
+        await asyncio.sleep(0.5)  # tens of tokens on any engine here; one would mean only the first came back
+        await h.engine.abort("so-far")
+        return await task
+
+    r = h.run(scenario(), timeout=120)
+    assert r.finish_reason == "abort"
+    assert 2 <= len(r.token_ids) == len(r.logprobs) < 900
+    assert all(math.isfinite(lp) and lp <= 0.0 for lp in r.logprobs)
+
+
 def test_abort_right_after_submit_still_aborts(h: Harness) -> None:
     async def scenario() -> GenerationResult:
         task = asyncio.create_task(h.engine.generate(PROMPT, SamplingParams(max_tokens=900), "ab-early"))
