@@ -16,7 +16,7 @@ On arrival, with the job's conservative (worst-case) profile:
    (queueing behind phases whose lengths vary from iteration to iteration);
 5. take the feasible candidate that adds the least *effective* $/h: the
    group's cost times its members over their summed progress rates, after
-   minus before (`_effective_cost`), against the job's solo cost for a new
+   minus before (`group_view.effective_cost`), against the job's solo cost for a new
    group. The paper takes the cheapest feasible one; but a free pack that
    slows its group keeps every member's nodes longer, which can cost more
    than a rollout node opened to avoid it (`rate_aware=False`: the paper's
@@ -39,8 +39,10 @@ from roll_agentic.mux.group import (
     Group,
     Placement,
 )
+from roll_agentic.mux.group_view import GroupView, effective_cost, view_of
 from roll_agentic.mux.policy import RoundRobinPhases
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool, phase_times, planned
+from roll_agentic.mux.rehome import MoveOffer, Rehomer
 from roll_agentic.mux.round_robin import (
     MemberPlan,
     evaluate_round_robin,
@@ -159,61 +161,6 @@ def group_candidates(
 _Ranked = tuple[tuple[float, float, bool, float, int], Group, int, int, tuple[int, ...]]
 
 
-@dataclass(frozen=True)
-class _GroupView:
-    """What placement needs of a group, computed once per membership."""
-
-    members: tuple[str, ...]
-    plans: list[MemberPlan]
-    load: dict[int, float]
-    cycle: float
-    max_load: float
-    sum_load: float
-    budget: float  # min over members of SLO x solo iteration: the cycle may not pass it
-    cost: float  # $/h of the group's nodes
-    rate: float  # summed progress rates of the members (solo iterations per co-run one)
-    train_order: list[int]  # training nodes, least loaded first
-    rollout_order: list[int]
-    saturated: bool
-
-
-def _view(group: Group, spec: ClusterSpec, rate: float | None = None) -> _GroupView:
-    """The group's view; `rate`: its members' summed progress, if already known."""
-    plans = members_of(group, spec)
-    load = {nid: 0.0 for nid in group.nodes}
-    for m in plans:
-        for n in m.rollout_nodes:
-            load[n] += m.times.roll_s + spec.warm_switch_s
-        for n in m.train_nodes:
-            load[n] += m.times.train_s + spec.warm_switch_s
-    cycle = max(m.times.iter_s for m in plans)
-
-    def order(pool: Pool) -> list[int]:
-        return sorted(group.node_ids(pool), key=lambda nid: (load[nid], nid))
-
-    top = max(load.values())
-    # Co-located members share no idle phase with anyone: treat as saturated.
-    saturated = top >= cycle or any(p.colocated for p in group.pinning.values())
-    budget = min(p.slo * p.planned_iter_s for p in group.members.values())
-    if rate is None:
-        periods = evaluate_round_robin(plans, switch_s=spec.warm_switch_s) if len(plans) > 1 else []
-        rate = progress_rate(periods, list(group.members.values()))
-    return _GroupView(
-        tuple(group.pinning),
-        plans,
-        load,
-        cycle,
-        top,
-        sum(load.values()),
-        budget,
-        group.cost_per_hour(spec),
-        rate,
-        order(Pool.TRAIN),
-        order(Pool.ROLLOUT),
-        saturated,
-    )
-
-
 @dataclass
 class RollMuxPolicy(RoundRobinPhases):
     """SLO-feasible candidate of least effective cost (see the module docstring).
@@ -235,6 +182,15 @@ class RollMuxPolicy(RoundRobinPhases):
     # with; SLOs all met there and on 2,000 jobs. (Under first-come-first-
     # served nodes, movers re-entered mid-rhythm and missed SLOs.)
     regroup: bool = True
+    # With regroup: offer every member a move, not only lone ones
+    # (`rehome.py`); a move must save `move_margin` x the job's solo $/h,
+    # and a job that found none waits `move_pause` iteration ends. Off by
+    # default: on the 200-job trace (seed 0) it takes $823/h to $770/h,
+    # SLOs all met, but on 2,000 jobs its looks cost 1.9 s of policy CPU
+    # time (lone-job regrouping: 0.4-0.5 s), past the 1 s scheduler budget.
+    rehome: bool = False
+    move_margin: float = 0.2
+    move_pause: int = 0
     # Beyond the paper's three kinds: let a job share any subset of a
     # group's nodes and open the rest in either pool (e.g. a 2-training-node
     # job joining a 1-training-node group). The brute-force optimum searches
@@ -247,24 +203,43 @@ class RollMuxPolicy(RoundRobinPhases):
     # in); off: the paper's rule, the first (cheapest) feasible candidate.
     rate_aware: bool = True
     name: str = "rollmux"
-    _views: dict[int, _GroupView] = field(default_factory=dict, repr=False)
+    _views: dict[int, GroupView] = field(default_factory=dict, repr=False)
     _groups: dict[int, Group] = field(default_factory=dict, repr=False)  # whose views we keep
     # The winning candidate's membership and progress rate, measured by its
     # SLO check: the group's next view needs no simulation of its own.
     _joined: dict[int, tuple[tuple[str, ...], float]] = field(default_factory=dict, repr=False)
+    _rehomer: Rehomer = field(init=False, repr=False)
 
-    def _group_view(self, group: Group) -> _GroupView:
+    def __post_init__(self) -> None:
+        self._rehomer = Rehomer(self.move_margin, self.move_pause)
+
+    def move_offer(self, groups: Mapping[int, Group], group: Group, job_id: str) -> MoveOffer:
+        """Should member `job_id` of `group` move, between its iterations? (`rehome`)"""
+        return self._rehomer.offer(self, groups, group, job_id)
+
+    def _group_view(self, group: Group) -> GroupView:
         view = self._views.get(group.group_id)
         members = tuple(group.pinning)
         if view is None or view.members != members:
             known = self._joined.pop(group.group_id, None)
             rate = known[1] if known is not None and known[0] == members else None
-            view = self._views[group.group_id] = _view(group, self.spec, rate)
+            view = self._views[group.group_id] = view_of(group, self.spec, rate)
             self._groups[group.group_id] = group
         return view
 
     def place(self, groups: Mapping[int, Group], job: JobProfile) -> Placement:
-        """The hot path: runs once per arrival over every group.
+        placement, score = self.best(groups, job)
+        if self.rehome:
+            self._rehomer.placed(job.job_id, groups, score)
+        return placement
+
+    def best(
+        self, groups: Mapping[int, Group], job: JobProfile, bound: float | None = None
+    ) -> tuple[Placement, float]:
+        """The chosen placement and the effective $/h it adds (`place`'s hot path).
+
+        `bound`: the caller takes nothing that adds as much (a move): the
+        search stops there, and a new group beyond it is reported as is.
 
         Every candidate of a group reuses the group's least-loaded training
         nodes and least-loaded rollout nodes, so its loads follow from the
@@ -323,7 +298,7 @@ class RollMuxPolicy(RoundRobinPhases):
                         if r_reuse:
                             own = max(own, view.load[rollout[r_reuse - 1]] + roll_add)
                         rate_max = min(1.0, t.iter_s / max(t.iter_s, own - switch))
-                        lb = _effective_cost(view, extra, rate_max)
+                        lb = effective_cost(view, extra, rate_max)
                     key = (lb, extra, not likely, -tight, len(ranked))
                     pinned = tuple(rollout[:r_reuse]) + tuple(train[:t_reuse])
                     ranked.append((key, group, r_new, t_new, pinned))
@@ -334,6 +309,8 @@ class RollMuxPolicy(RoundRobinPhases):
             for gid in [g for g, grp in self._groups.items() if not grp.members]:
                 del self._views[gid], self._groups[gid]
         best, best_score = fallback, fallback.extra_cost_per_hour
+        if bound is not None and bound < best_score:
+            best_score = bound
         checks = 0
         for key, group, r_new, t_new, pinned in ranked:
             if checks >= self.max_checks:
@@ -365,27 +342,15 @@ class RollMuxPolicy(RoundRobinPhases):
                 extra_cost_per_hour=extra,
             )
             if not self.rate_aware:
-                return placement  # the paper: the cheapest feasible candidate
+                return placement, extra  # the paper: the cheapest feasible candidate
             score_gain = progress_rate(periods, profiles) - view.rate
-            score = _effective_cost(view, extra, score_gain)
+            score = effective_cost(view, extra, score_gain)
             if score < best_score:
                 best, best_score = placement, score
                 joined = (*view.members, job.job_id), view.rate + score_gain
         if best is not fallback:
             self._joined[best.group_id] = joined
-        return best
-
-
-def _effective_cost(view: _GroupView, extra: float, gained: float) -> float:
-    """$/h a candidate adds once slowdowns are paid for: the group's effective cost after minus before.
-
-    A group of n members that progresses at a summed rate R keeps its nodes
-    n / R times as long as its work needs at solo speed, so its effective
-    cost is C * n / R; a job of its own adds its solo cost (rate 1). Members
-    are taken to have equal work left, which no placement can know better.
-    """
-    n = len(view.members)
-    return (view.cost + extra) * (n + 1) / (view.rate + gained) - view.cost * n / view.rate
+        return best, best_score if best is not fallback else fallback.extra_cost_per_hour
 
 
 def _slo_met(

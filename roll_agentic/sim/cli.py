@@ -34,7 +34,7 @@ def _compare(args: argparse.Namespace) -> int:
         trace = generate_trace(args.seed, WorkloadSpec(n_jobs=args.jobs, arrival=args.arrival))
     if args.save_trace:
         trace.save(args.save_trace)
-    doc, results = compare(trace, record=bool(args.plot))
+    doc, results = compare(trace, record=bool(args.plot), rehome=args.rehome)
     if args.plot:
         from roll_agentic.sim.plots import write_plots
 
@@ -59,7 +59,12 @@ def _optimality(args: argparse.Namespace) -> int:
     from roll_agentic.sim.compare import optimality
 
     doc = optimality(
-        args.instances, args.jobs, args.seed, node_budget=args.budget, share_any=args.share_any
+        args.instances,
+        args.jobs,
+        args.seed,
+        node_budget=args.budget,
+        share_any=args.share_any,
+        rehome=args.rehome,
     )
     rows = [f"{'#':>3} {'jobs':>4} {'rollmux/optimal':>16} {'rollmux SLO':>12}"]
     for i, r in enumerate(doc["per_instance"]):
@@ -71,7 +76,7 @@ def _optimality(args: argparse.Namespace) -> int:
 def _scale(args: argparse.Namespace) -> int:
     from roll_agentic.sim.compare import scale
 
-    doc = scale(args.jobs, args.seed)
+    doc = scale(args.jobs, args.seed, rehome=args.rehome)
     rows = [f"{k}: {v}" for k, v in doc.items()]
     return _emit(args, doc, rows)
 
@@ -107,6 +112,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         p.add_argument("--jobs", type=int, default=jobs, help=f"number of jobs (default {jobs})")
         p.add_argument("--seed", type=int, default=0, help="seed of the generated trace(s)")
         p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+        p.add_argument(
+            "--rehome",
+            action="store_true",
+            help="let RollMux move any job (not only lone ones) to a group where it costs less, "
+            "between its iterations (beyond the paper; costs scheduler time)",
+        )
 
     p = sub.add_parser("compare", help="all policies on one trace")
     common(p, 200)

@@ -145,6 +145,8 @@ class _JobRt:
     last_end: float = 0.0
     cold: set[PhaseKind] = field(default_factory=set)  # phases whose state is not resident yet
     tried_at: int = 0  # how many group changes it has already tried (regrouping)
+    seen_with: tuple[str, ...] = ()  # its group's members when it last tried
+    content_with: tuple[str, ...] = ()  # members with which no move could pay (rehome)
     pending: PhaseSpec | None = None  # queued, waiting for its turn or its nodes
 
 
@@ -236,33 +238,49 @@ class ClusterSimulator:
         self._enqueue(job.profile.job_id, None, now)
 
     def _regroup(self, rt: _JobRt, now: float) -> None:
-        """Move a job that is alone in its group into a group that gained room.
+        """Move a job to a group where it costs less (lone jobs; any job with `rehome`).
 
         RollMux places on arrival; jobs leave, and a member left alone keeps
-        paying for a whole solo allocation. Between two iterations (its nodes
-        hold nothing of anyone else) such a job is offered to the groups that
-        opened or lost a member since it last looked, with the same policy
-        checks as an arrival. A move costs one cold start per phase on the
-        new nodes (its state is not resident there yet), and is taken only
-        when the new pinning is cheaper than the allocation it frees.
+        paying for a whole solo allocation (or, with `rehome`, any member
+        may have become its group's worst fit). Between two iterations (its
+        nodes hold none of its phases) such a job is offered to the groups,
+        with the same policy checks as an arrival, once groups opened or
+        lost a member since it last looked. A move costs one cold start
+        per phase on the new nodes (its state is not resident there yet).
         """
         group = self._book.groups[rt.group_id]
-        if len(group.members) > 1 or rt.tried_at == len(self._changed):
+        lone = len(group.members) == 1
+        rehome = bool(getattr(self.policy, "rehome", False))
+        own = tuple(group.pinning)
+        if not (lone or rehome) or own == rt.content_with:
+            return  # content: nothing pays for a move until its group changes
+        if rt.tried_at == len(self._changed) and own == rt.seen_with:
             return
         fresh = set(self._changed[rt.tried_at :])
-        rt.tried_at = len(self._changed)
+        every = own != rt.seen_with  # what it adds where it is changed: all groups
+        rt.tried_at, rt.seen_with = len(self._changed), own
         job = rt.trace.profile
         groups = self._book.groups
-        offer = {g: groups[g] for g in fresh if g in groups and g != rt.group_id}
-        if not offer:
-            return
         t0 = wallclock.process_time()
-        placement = self.policy.place(offer, job)
+        if rehome:
+            offered = groups if every else {g: groups[g] for g in fresh if g in groups}
+            offer = self.policy.move_offer(offered, group, job.job_id)
+            placement = offer.placement
+            if offer.content:
+                rt.content_with = own
+        else:  # the cheapest pinning in a group that changed, if cheaper than its own
+            fresh_groups = {g: groups[g] for g in fresh if g in groups and g != rt.group_id}
+            placement = self.policy.place(fresh_groups, job) if fresh_groups else None
+            if placement is not None and (
+                placement.group_id is None
+                or placement.extra_cost_per_hour >= group.cost_per_hour(self.spec)
+            ):
+                placement = None
         self._regroup_s += wallclock.process_time() - t0
-        if placement.group_id is None or placement.extra_cost_per_hour >= group.cost_per_hour(
-            self.spec
-        ):
+        if placement is None:
             return
+        if not lone:
+            self._changed.append(rt.group_id)  # the group it leaves gains room
         self._leave(job.job_id, now)
         group, opened = self._book.apply(placement, job)
         self._open(opened, now)

@@ -28,7 +28,9 @@ from roll_agentic.sim.trace import Trace, TraceJob, WorkloadSpec, generate_trace
 POLICIES = ("solo", "colocated", "random", "greedy", "rollmux")
 
 
-def make_policy(name: str, spec: ClusterSpec, seed: int = 0) -> SchedulerPolicy:
+def make_policy(
+    name: str, spec: ClusterSpec, seed: int = 0, rehome: bool = False
+) -> SchedulerPolicy:
     if name == "solo":
         return SoloPolicy(spec)
     if name == "colocated":
@@ -38,17 +40,21 @@ def make_policy(name: str, spec: ClusterSpec, seed: int = 0) -> SchedulerPolicy:
     if name == "greedy":
         return GreedyPolicy(spec)
     if name == "rollmux":
-        return RollMuxPolicy(spec)
+        return RollMuxPolicy(spec, rehome=rehome)
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
 
 
 def run_policies(
-    trace: Trace, spec: ClusterSpec, names: tuple[str, ...] = POLICIES, record: bool = False
+    trace: Trace,
+    spec: ClusterSpec,
+    names: tuple[str, ...] = POLICIES,
+    record: bool = False,
+    rehome: bool = False,
 ) -> dict[str, SimResult]:
     return {
-        n: ClusterSimulator(spec, make_policy(n, spec, trace.seed), record_phases=record).run(
-            trace.jobs
-        )
+        n: ClusterSimulator(
+            spec, make_policy(n, spec, trace.seed, rehome), record_phases=record
+        ).run(trace.jobs)
         for n in names
     }
 
@@ -91,9 +97,11 @@ def summarize(results: dict[str, SimResult], spec: ClusterSpec) -> dict:
     return out
 
 
-def compare(trace: Trace, spec: ClusterSpec | None = None, record: bool = False):
+def compare(
+    trace: Trace, spec: ClusterSpec | None = None, record: bool = False, rehome: bool = False
+):
     spec = spec or ClusterSpec()
-    results = run_policies(trace, spec, record=record)
+    results = run_policies(trace, spec, record=record, rehome=rehome)
     out = summarize(results, spec)
     out["jobs"] = len(trace.jobs)
     out["seed"] = trace.seed
@@ -119,6 +127,7 @@ def optimality(
     spec: ClusterSpec | None = None,
     node_budget: int = 10_000,
     share_any: bool = False,
+    rehome: bool = False,
 ) -> dict:
     """RollMux versus the brute-force optimum on small static instances.
 
@@ -143,7 +152,7 @@ def optimality(
         jobs = _instance(seed * 1000 + k, n)
         horizon = 40.0 * max(j.profile.solo_iter_s for j in jobs)
         rm = ClusterSimulator(
-            spec, RollMuxPolicy(spec, share_any=share_any), horizon_s=horizon
+            spec, RollMuxPolicy(spec, share_any=share_any, rehome=rehome), horizon_s=horizon
         ).run(jobs)
         book = GroupBook(spec)
         planner = RollMuxPolicy(spec, share_any=share_any)
@@ -182,17 +191,20 @@ def optimality(
         "search_complete": complete,  # False: some optimum is only the best found
         "search_budget": node_budget,
         "rollmux_candidates": "share_any" if share_any else "paper",
+        "rehome": rehome,
         "per_instance": rows,
     }
 
 
-def scale(n_jobs: int = 2000, seed: int = 0, spec: ClusterSpec | None = None) -> dict:
+def scale(
+    n_jobs: int = 2000, seed: int = 0, spec: ClusterSpec | None = None, rehome: bool = False
+) -> dict:
     """Scheduler CPU time to place every job of an `n_jobs` trace (RollMux), regrouping included."""
     spec = spec or ClusterSpec()
     wl = WorkloadSpec(n_jobs=n_jobs, span_days=14.0 * n_jobs / 200)
     trace = generate_trace(seed, wl)
     t0 = time.perf_counter()
-    result = ClusterSimulator(spec, RollMuxPolicy(spec)).run(trace.jobs)
+    result = ClusterSimulator(spec, RollMuxPolicy(spec, rehome=rehome)).run(trace.jobs)
     # Offering lone jobs a move between iterations is scheduler work too:
     # the total counts both, and each part is shown.
     total = result.scheduler_time_s + result.regroup_time_s

@@ -195,11 +195,11 @@ def test_a_free_pack_that_slows_its_group_loses_to_a_rollout_node():
 
 
 def test_the_rate_a_placement_measured_is_the_rate_of_the_group_it_forms():
-    from roll_agentic.mux.placement import _view
+    from roll_agentic.mux.group_view import view_of
 
     policy = RollMuxPolicy(SPEC)
     jobs = [job(0, rho=0.7, slo=1.6), job(1, rho=0.3, length=2000.0, slo=1.6), job(2, rho=0.5)]
     book = place_all(policy, jobs)
     policy.place(book.groups, job(3))  # refreshes the views of the groups formed
     for group in book.groups.values():
-        assert policy._group_view(group).rate == _view(group, SPEC).rate
+        assert policy._group_view(group).rate == view_of(group, SPEC).rate

@@ -1,0 +1,89 @@
+"""What placement reads of a group, computed once per membership, and its effective cost.
+
+A view holds the group's member plans, per-node loads, cycle, SLO budget,
+$/h and summed progress rate (the rate comes from a round-robin run: the
+SLO check of the candidate that made the group, or one of its own). The
+policy keeps one per group and rebuilds it only when the members change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from roll_agentic.mux.group import Group
+from roll_agentic.mux.profile import ClusterSpec, Pool
+from roll_agentic.mux.round_robin import (
+    MemberPlan,
+    evaluate_round_robin,
+    members_of,
+    progress_rate,
+)
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """What placement needs of a group, computed once per membership."""
+
+    members: tuple[str, ...]
+    plans: list[MemberPlan]
+    load: dict[int, float]
+    cycle: float
+    max_load: float
+    sum_load: float
+    budget: float  # min over members of SLO x solo iteration: the cycle may not pass it
+    cost: float  # $/h of the group's nodes
+    rate: float  # summed progress rates of the members (solo iterations per co-run one)
+    train_order: list[int]  # training nodes, least loaded first
+    rollout_order: list[int]
+    saturated: bool
+    # What each member adds to the group's effective cost (`RollMuxPolicy.move_offer`).
+    adds: dict[str, float] = field(default_factory=dict)
+
+
+def view_of(group: Group, spec: ClusterSpec, rate: float | None = None) -> GroupView:
+    """The group's view; `rate`: its members' summed progress, if already known."""
+    plans = members_of(group, spec)
+    load = {nid: 0.0 for nid in group.nodes}
+    for m in plans:
+        for n in m.rollout_nodes:
+            load[n] += m.times.roll_s + spec.warm_switch_s
+        for n in m.train_nodes:
+            load[n] += m.times.train_s + spec.warm_switch_s
+    cycle = max(m.times.iter_s for m in plans)
+
+    def order(pool: Pool) -> list[int]:
+        return sorted(group.node_ids(pool), key=lambda nid: (load[nid], nid))
+
+    top = max(load.values())
+    # Co-located members share no idle phase with anyone: treat as saturated.
+    saturated = top >= cycle or any(p.colocated for p in group.pinning.values())
+    budget = min(p.slo * p.planned_iter_s for p in group.members.values())
+    if rate is None:
+        periods = evaluate_round_robin(plans, switch_s=spec.warm_switch_s) if len(plans) > 1 else []
+        rate = progress_rate(periods, list(group.members.values()))
+    return GroupView(
+        tuple(group.pinning),
+        plans,
+        load,
+        cycle,
+        top,
+        sum(load.values()),
+        budget,
+        group.cost_per_hour(spec),
+        rate,
+        order(Pool.TRAIN),
+        order(Pool.ROLLOUT),
+        saturated,
+    )
+
+
+def effective_cost(view: GroupView, extra: float, gained: float) -> float:
+    """$/h a candidate adds once slowdowns are paid for: the group's effective cost after minus before.
+
+    A group of n members that progresses at a summed rate R keeps its nodes
+    n / R times as long as its work needs at solo speed, so its effective
+    cost is C * n / R; a job of its own adds its solo cost (rate 1). Members
+    are taken to have equal work left, which no placement can know better.
+    """
+    n = len(view.members)
+    return (view.cost + extra) * (n + 1) / (view.rate + gained) - view.cost * n / view.rate

@@ -1,0 +1,100 @@
+"""Moving running jobs to a group where they cost less (`rehome`), beyond lone jobs."""
+
+from dataclasses import replace
+
+from roll_agentic.mux.group import CandidateKind, GroupBook, Placement
+from roll_agentic.mux.group_view import view_of
+from roll_agentic.mux.placement import RollMuxPolicy, new_group_placement
+from roll_agentic.mux.profile import ClusterSpec, Pool
+from roll_agentic.mux.rehome import member_adds
+from roll_agentic.mux.round_robin import evaluate_round_robin, progress_rate
+from roll_agentic.sim.cluster import ClusterSimulator
+from roll_agentic.sim.compare import _instance
+
+from .test_placement import job, place_all
+
+SPEC = ClusterSpec()
+
+
+def test_a_member_adds_its_groups_effective_cost_with_it_minus_without_it():
+    policy = RollMuxPolicy(SPEC)
+    book = place_all(policy, [job(0, rho=0.7, slo=1.6), job(1, rho=0.3, slo=1.6)])
+    (group,) = book.groups.values()
+    view = view_of(group, SPEC)
+    n, cost = len(group.members), group.cost_per_hour(SPEC)
+    for j in group.members:
+        own = sum(SPEC.price(x.pool) for x in group.nodes.values() if x.jobs == [j])
+        # The one left runs alone, at solo speed (rate 1).
+        expected = cost * n / view.rate - (cost - own) * (n - 1) / 1.0
+        assert member_adds(view, group, j, SPEC) == expected
+    alone = GroupBook(SPEC)
+    policy = RollMuxPolicy(SPEC)
+    g, _ = alone.apply(policy.place(alone.groups, job(5)), job(5))
+    assert member_adds(view_of(g, SPEC), g, "j5", SPEC) == g.cost_per_hour(SPEC)
+
+
+def test_the_rate_without_a_member_comes_from_a_run_without_it():
+    book = GroupBook(SPEC)
+    jobs = [job(i, rho=0.5, slo=1.9) for i in range(3)]
+    group, _ = book.apply(new_group_placement(jobs[0], SPEC), jobs[0])
+    for j in jobs[1:]:  # all three on one rollout and one training node
+        pack = Placement(
+            CandidateKind.PACK,
+            group.group_id,
+            rollout_nodes=tuple(group.node_ids(Pool.ROLLOUT)),
+            train_nodes=tuple(group.node_ids(Pool.TRAIN)),
+        )
+        book.apply(pack, j)
+    view = view_of(group, SPEC)
+    rest = [m for k, m in zip(view.members, view.plans, strict=True) if k != "j1"]
+    rate = progress_rate(
+        evaluate_round_robin(rest, switch_s=SPEC.warm_switch_s),
+        [group.members["j0"], group.members["j2"]],
+    )
+    cost = group.cost_per_hour(SPEC)  # no node is j1's alone
+    assert member_adds(view, group, "j1", SPEC) == cost * 3 / view.rate - cost * 2 / rate
+
+
+def test_a_group_found_no_better_is_not_searched_again_until_it_loses_a_member():
+    policy = RollMuxPolicy(SPEC, rehome=True, move_margin=0.0)
+    calls: list[int] = []
+    best = policy.best
+
+    def counted(groups, j, bound=None):
+        calls.append(len(groups))
+        return best(groups, j, bound)
+
+    policy.best = counted
+    # Two rollout-heavy jobs that slow each other, and a train-heavy one alone
+    # whose SLO of 1.0 lets nobody slow it: j0 has nowhere better to go.
+    book = place_all(policy, [job(0, rho=0.7, slo=1.9), job(1, rho=0.7, slo=1.9)])
+    other = job(2, rho=0.3, length=1700.0, slo=1.0)
+    book.apply(new_group_placement(other, SPEC), other)
+    group = book.groups[book.job_group["j0"]]
+    assert len(group.members) == 2
+    calls.clear()
+    first = policy.move_offer(book.groups, group, "j0")
+    assert first.placement is None and not first.content  # it would move if it could
+    assert calls == [1]  # searched the other group once
+    assert policy.move_offer(book.groups, group, "j0").placement is None
+    assert calls == [1]  # nothing changed: not searched again
+
+
+def test_rehoming_lowers_cost_per_work_on_a_static_instance_and_keeps_slos():
+    jobs = _instance(14, 8)  # jobs placed in arrival order pair badly here
+    horizon = 40.0 * max(j.profile.solo_iter_s for j in jobs)
+    runs = [
+        ClusterSimulator(SPEC, RollMuxPolicy(SPEC, rehome=r), horizon_s=horizon).run(jobs)
+        for r in (False, True)
+    ]
+    per_work = [r.total_cost / sum(j.solo_s for j in r.jobs) for r in runs]
+    assert runs[1].moves > runs[0].moves
+    assert per_work[1] < 0.97 * per_work[0]
+    assert runs[1].slo_attainment == 1.0
+
+
+def test_rehome_is_off_by_default_and_baselines_have_no_move_offer():
+    assert not RollMuxPolicy(SPEC).rehome
+    jobs = [replace(j, n_iters=5) for j in _instance(3, 4)]
+    r = ClusterSimulator(SPEC, RollMuxPolicy(SPEC)).run(jobs)
+    assert r.slo_attainment == 1.0
