@@ -183,14 +183,12 @@ class RollMuxPolicy(RoundRobinPhases):
     # served nodes, movers re-entered mid-rhythm and missed SLOs.)
     regroup: bool = True
     # With regroup: offer every member a move, not only lone ones
-    # (`rehome.py`); a move must save `move_margin` x the job's solo $/h,
-    # and a job that found none waits `move_pause` iteration ends. Off by
+    # (`rehome.py`); a move must save `move_margin` x the job's solo $/h. Off by
     # default: on the 200-job trace (seed 0) it takes $823/h to $770/h,
     # SLOs all met, but on 2,000 jobs its looks cost 1.9 s of policy CPU
     # time (lone-job regrouping: 0.4-0.5 s), past the 1 s scheduler budget.
     rehome: bool = False
     move_margin: float = 0.2
-    move_pause: int = 0
     # Beyond the paper's three kinds: let a job share any subset of a
     # group's nodes and open the rest in either pool (e.g. a 2-training-node
     # job joining a 1-training-node group). The brute-force optimum searches
@@ -211,7 +209,7 @@ class RollMuxPolicy(RoundRobinPhases):
     _rehomer: Rehomer = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._rehomer = Rehomer(self.move_margin, self.move_pause)
+        self._rehomer = Rehomer(self.move_margin)
 
     def move_offer(self, groups: Mapping[int, Group], group: Group, job_id: str) -> MoveOffer:
         """Should member `job_id` of `group` move, between its iterations? (`rehome`)"""

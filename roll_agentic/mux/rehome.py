@@ -70,11 +70,7 @@ class Rehomer:
     """
 
     margin: float  # a move must save this x the job's solo $/h
-    # After a look that found nothing, a job skips this many offers (its
-    # iteration ends) before it looks again: looks are what cost CPU time.
-    pause: int = 0
     tried: dict[str, dict[int, tuple[frozenset[str], float]]] = field(default_factory=dict)
-    paused: dict[str, int] = field(default_factory=dict)
     forget_at: int = 64  # remembered jobs beyond which departed ones are dropped
 
     def offer(
@@ -82,10 +78,7 @@ class Rehomer:
     ) -> MoveOffer:
         """Offer member `job_id` of `group` to `groups` (all of them: unchanged ones are skipped)."""
         spec = policy.spec
-        if self.paused.get(job_id, 0) > 0:
-            self.paused[job_id] -= 1
-            return MoveOffer(None)
-        if len(self.tried) + len(self.paused) > self.forget_at:
+        if len(self.tried) > self.forget_at:
             live = {j for g in groups.values() for j in g.members}
             self.forget(live)
             self.forget_at = 2 * len(live) + 64
@@ -112,7 +105,6 @@ class Rehomer:
             return MoveOffer(placement)
         for gid, g in todo.items():
             seen[gid] = (frozenset(g.pinning), need)
-        self.paused[job_id] = self.pause
         return MoveOffer(None)
 
     def placed(self, job_id: str, groups: Mapping[int, Group], score: float) -> None:
@@ -122,11 +114,8 @@ class Rehomer:
         whose members have not changed since.
         """
         self.tried[job_id] = {gid: (frozenset(g.pinning), score) for gid, g in groups.items()}
-        self.paused.pop(job_id, None)
 
     def forget(self, live: set[str]) -> None:
         """Drop what was remembered of jobs no longer running."""
         for job_id in [j for j in self.tried if j not in live]:
             del self.tried[job_id]
-        for job_id in [j for j in self.paused if j not in live]:
-            del self.paused[job_id]
