@@ -35,7 +35,7 @@ class GroupView:
     rate: float  # summed progress rates of the members (solo iterations per co-run one)
     train_order: list[int]  # training nodes, least loaded first
     rollout_order: list[int]
-    saturated: bool
+    colocated: bool  # a member runs both phases on training nodes: no idle phase to share
     # What each member adds to the group's effective cost (`RollMuxPolicy.move_offer`).
     adds: dict[str, float] = field(default_factory=dict)
 
@@ -55,8 +55,7 @@ def view_of(group: Group, spec: ClusterSpec, rate: float | None = None) -> Group
         return sorted(group.node_ids(pool), key=lambda nid: (load[nid], nid))
 
     top = max(load.values())
-    # Co-located members share no idle phase with anyone: treat as saturated.
-    saturated = top >= cycle or any(p.colocated for p in group.pinning.values())
+    colocated = any(p.colocated for p in group.pinning.values())
     budget = min(p.slo * p.planned_iter_s for p in group.members.values())
     if rate is None:
         periods = evaluate_round_robin(plans, switch_s=spec.warm_switch_s) if len(plans) > 1 else []
@@ -73,7 +72,7 @@ def view_of(group: Group, spec: ClusterSpec, rate: float | None = None) -> Group
         rate,
         order(Pool.TRAIN),
         order(Pool.ROLLOUT),
-        saturated,
+        colocated,
     )
 
 
