@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from roll_agentic.train.lr_schedule import SCHEDULES
+
 
 class ConfigError(ValueError):
     """A configuration a run cannot start with; the message is one line."""
@@ -106,6 +108,9 @@ class RolloutConfig:
 class TrainerConfig:
     total_steps: int = 80
     lr: float = 1e-2
+    lr_schedule: str = "constant"  # constant | cosine | linear (train/lr_schedule.py)
+    lr_min_ratio: float = 0.1  # cosine/linear: the last step's lr as a share of lr
+    lr_warmup_steps: int = 0
     weight_decay: float = 0.0
     max_grad_norm: float = 0.5
     micro_batch_size: int = 32
@@ -214,6 +219,12 @@ def validate(cfg: Config) -> Config:
         _check(e, cfg.algo.alpha == 0, "algo.alpha", "0 with rollout.mode=tail_batching (it is synchronous)", cfg.algo.alpha)
     _check(e, cfg.trainer.total_steps >= 1, "trainer.total_steps", "an integer >= 1", cfg.trainer.total_steps)
     _check(e, cfg.trainer.lr > 0, "trainer.lr", "a number > 0", cfg.trainer.lr)
+    _check(e, cfg.trainer.lr_schedule in SCHEDULES, "trainer.lr_schedule", f"one of {', '.join(SCHEDULES)}",
+           cfg.trainer.lr_schedule)
+    _check(e, 0.0 <= cfg.trainer.lr_min_ratio <= 1.0, "trainer.lr_min_ratio", "a number in [0, 1]",
+           cfg.trainer.lr_min_ratio)
+    _check(e, cfg.trainer.lr_warmup_steps >= 0, "trainer.lr_warmup_steps", "an integer >= 0",
+           cfg.trainer.lr_warmup_steps)
     _check(e, cfg.trainer.micro_batch_size >= 1, "trainer.micro_batch_size", "an integer >= 1", cfg.trainer.micro_batch_size)
     _check(e, cfg.trainer.ppo_epochs >= 1, "trainer.ppo_epochs", "an integer >= 1", cfg.trainer.ppo_epochs)
     _check(e, cfg.trainer.save_every >= 1, "trainer.save_every", "an integer >= 1", cfg.trainer.save_every)

@@ -73,8 +73,8 @@ class TrainerWorker:
     def accumulate(self, samples: list[Sample]) -> None:
         self.trainer.accumulate(samples)
 
-    def apply(self) -> dict[str, float]:
-        return self.trainer.apply()
+    def apply(self, step: int | None = None) -> dict[str, float]:
+        return self.trainer.apply(step)
 
     def engine_state_dict(self) -> dict[str, torch.Tensor]:
         return self.trainer.engine_state_dict()
@@ -115,8 +115,9 @@ class DataParallelTrainer:
         shards = shard_samples(samples, len(self.workers))
         ray.get([w.accumulate.remote(s) for w, s in zip(self.workers, shards, strict=True)])
 
-    def apply(self) -> dict[str, float]:
-        return ray.get([w.apply.remote() for w in self.workers])[0]
+    def apply(self, step: int | None = None) -> dict[str, float]:
+        step = self.step if step is None else step  # the ranks' own counters see only train_step
+        return ray.get([w.apply.remote(step) for w in self.workers])[0]
 
     def engine_state_dict(self) -> dict[str, torch.Tensor]:
         return ray.get(self.workers[0].engine_state_dict.remote())

@@ -20,6 +20,7 @@ from roll_agentic.config import AlgoConfig, TrainerConfig
 from roll_agentic.rollout.trajectory import Trajectory
 from roll_agentic.train.advantages import grpo_advantages
 from roll_agentic.train.loss import ppo_clip_loss_sum, token_logprobs, token_logprobs_and_entropy
+from roll_agentic.train.lr_schedule import lr_at
 
 
 @dataclass
@@ -106,8 +107,11 @@ class PolicyTrainer:
         self._sums["loss"] += float(sums.loss.detach())
         self._sums["samples"] += len(part)
 
-    def apply(self) -> dict[str, float]:
-        """All-reduces gradients (when distributed), clips, steps; returns the step's metrics."""
+    def apply(self, step: int | None = None) -> dict[str, float]:
+        """All-reduces gradients (when distributed), clips, steps; returns the step's metrics.
+
+        `step` (0-based) sets the learning rate (trainer.lr_schedule); by default the
+        number of training steps this trainer has finished."""
         if self._pending:
             self._backward(self._pending)
             self._pending = []
@@ -129,6 +133,10 @@ class PolicyTrainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
             grad_norm = grad_norm.full_tensor()
+        lr = lr_at(self.step if step is None else step, self.cfg.lr, self.cfg.total_steps, self.cfg.lr_schedule,
+                   self.cfg.lr_min_ratio, self.cfg.lr_warmup_steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         tokens = max(self._sums["tokens"], 1.0)
@@ -141,6 +149,7 @@ class PolicyTrainer:
             "train/ratio_mean": self._sums["ratio"] / tokens,
             "train/logprob_diff": self._sums["logprob_abs_diff"] / tokens,
             "train/grad_norm": float(grad_norm),
+            "train/lr": lr,
             "train/tokens": self._sums["tokens"],
             "train/samples": self._sums["samples"],
         }

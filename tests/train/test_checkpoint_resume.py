@@ -1,5 +1,6 @@
 import os
 
+import pytest
 import torch
 
 from roll_agentic.config import AlgoConfig, TrainerConfig
@@ -76,3 +77,31 @@ def test_keep_prunes_old_checkpoints(tmp_path):
     assert names == ["step_000003", "step_000004"]
     weights, _, _ = load_checkpoint(latest_checkpoint(tmp_path))
     assert weights["x"].item() == 4.0
+
+
+def test_a_decaying_lr_resumes_at_the_rate_of_the_uninterrupted_run(tiny_model_path, tmp_path):
+    cfg = dict(lr=1e-2, micro_batch_size=3, total_steps=4, lr_schedule="cosine", lr_min_ratio=0.1)
+    straight = PolicyTrainer(tiny_model_path, TrainerConfig(**cfg), AlgoConfig())
+    rates = []
+    for s in range(3):
+        rates.append(straight.train_step(_batch(s))["train/lr"])
+    assert rates == pytest.approx([1e-2, 1e-2 * (0.1 + 0.9 * 0.75), 1e-2 * (0.1 + 0.9 * 0.25)])  # 0, 1/3, 2/3 of pi
+
+    first = PolicyTrainer(tiny_model_path, TrainerConfig(**cfg), AlgoConfig())
+    for s in range(2):
+        first.train_step(_batch(s))
+    save_checkpoint(tmp_path, first.step, first.engine_state_dict(), first.state(), {"buffer": {}})
+    resumed = PolicyTrainer(tiny_model_path, TrainerConfig(**cfg), AlgoConfig())
+    weights, state, _ = load_checkpoint(latest_checkpoint(tmp_path))
+    resumed.load_state(state, weights)
+    assert resumed.train_step(_batch(2))["train/lr"] == rates[2]
+    a, b = straight.model.state_dict(), resumed.model.state_dict()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
+
+
+def test_a_streamed_step_takes_the_rate_of_the_step_it_is_told(tiny_model_path):
+    cfg = TrainerConfig(lr=1e-2, micro_batch_size=3, total_steps=3, lr_schedule="linear", lr_min_ratio=0.0)
+    trainer = PolicyTrainer(tiny_model_path, cfg, AlgoConfig())
+    trainer.accumulate(_batch(0))
+    assert trainer.apply(step=1)["train/lr"] == 5e-3  # halfway down a linear decay to 0
+    assert trainer.optimizer.param_groups[0]["lr"] == 5e-3
