@@ -220,6 +220,18 @@ class Router:
         for traj_id in traj_ids:
             self.table.release(traj_id)
 
+    def notify_many(self, notes: list[tuple]) -> None:
+        """Assignments already made by a worker (one engine, nothing to decide) and
+        releases, applied in the order they happened (CoalescingRouterClient)."""
+        for note in notes:
+            if note[0] == "release":
+                self.table.release(note[1])
+                continue
+            try:
+                self.table.assign(*note[1:])
+            except RuntimeError:  # the engine is marked dead: its requests will fail and say so
+                pass
+
     def mark_dead(self, index: int) -> None:
         self.table.mark_dead(index)
 

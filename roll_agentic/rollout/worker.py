@@ -56,7 +56,8 @@ class RolloutWorker:
         self.engines = engines
         self.engine_clients = [BatchingEngineClient(e) for e in engines]  # generate calls, batched per loop turn
         self.router = router
-        self.routing = CoalescingRouterClient(router)  # assign/release, batched under bursts
+        # assign/release, batched under bursts; with one engine, only told (router_client.py)
+        self.routing = CoalescingRouterClient(router, only_engine=0 if len(engines) == 1 else None)
         self.buffer = buffer
         self.alpha = alpha
         self.temperature, self.top_p = temperature, top_p

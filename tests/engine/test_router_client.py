@@ -10,18 +10,20 @@ from tests.rollout.local_handle import LocalHandle
 class SlowRouter:
     """A Router whose calls take a while, like a remote actor's, and are counted."""
 
-    def __init__(self):
-        self.inner = Router([("default", "cpu"), ("default", "cpu")], {"t": "default"})
+    def __init__(self, engines: int = 2):
+        self.inner = Router([("default", "cpu")] * engines, {"t": "default"})
         self.batches: list[int] = []
+        self.notes: list[int] = []
 
     async def assign_many(self, requests):
         self.batches.append(len(requests))
         await asyncio.sleep(0.01)
         return self.inner.assign_many(requests)
 
-    async def release_many(self, traj_ids):
+    async def notify_many(self, notes):
+        self.notes.append(len(notes))
         await asyncio.sleep(0.01)
-        self.inner.release_many(traj_ids)
+        self.inner.notify_many(notes)
 
 
 def test_a_burst_of_assignments_becomes_few_calls_with_the_same_decisions():
@@ -79,3 +81,33 @@ def test_a_router_failure_reaches_every_waiter():
     assert all(isinstance(r, RuntimeError) for r in results)
     with pytest.raises(RuntimeError):
         raise results[0]
+
+
+def test_with_one_engine_assignments_need_no_round_trip_and_the_router_still_counts_them():
+    async def main():
+        router = SlowRouter(engines=1)
+        client = CoalescingRouterClient(LocalHandle(router), only_engine=0)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        indices = await asyncio.gather(*(client.assign("t", f"e{i}", 10) for i in range(5)))
+        answered_in = loop.time() - t0
+        await asyncio.sleep(0.05)  # the told assignments arrive
+        active_mid = router.inner.table.engines[0].active
+        for i in range(5):
+            client.release(f"e{i}")
+        await asyncio.sleep(0.05)
+        return router, client, indices, answered_in, active_mid
+
+    router, client, indices, answered_in, active_mid = asyncio.run(main())
+    assert indices == [0] * 5 and client.calls == 0 and router.batches == []
+    assert answered_in < 0.01  # no 10 ms router call on the way
+    assert active_mid == 5 and router.inner.table.snapshot()["routed"] == {"t": {"default": 5}}
+    assert router.inner.table.engines[0].active == 0
+
+
+def test_a_release_told_in_the_same_batch_as_its_assignment_comes_after_it():
+    router = Router([("default", "cpu")], {"t": "default"})
+    router.notify_many([("assign", "t", "e0", 3), ("release", "e0")])
+    assert router.table.engines[0].active == 0 and "e0" not in router.table.sticky
+    router.mark_dead(0)
+    router.notify_many([("assign", "t", "e1", 3)])  # no live engine: nothing to count, nothing raised
