@@ -1,4 +1,4 @@
-"""Rewards computed in this process: `rewards.<function>.reward(summary)` in a thread pool.
+"""Rewards computed in this process: `rewards.<function>.reward(summary)` off the event loop.
 
 Bounded concurrency, same outcome type as the serverless client; a raised
 exception, a non-numeric result or a call past `timeout_s` is ok=False with
@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import importlib
 import time
-from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 
 from roll_agentic import faults
+from roll_agentic.elastic_executor import ElasticExecutor
 from roll_agentic.reward.outcome import RewardOutcome, parse_reward
 
 
@@ -21,8 +21,9 @@ class LocalRewardClient:
     def __init__(self, max_concurrency: int = 16, package: str = "rewards", timeout_s: float | None = None) -> None:
         self.package = package
         self.timeout_s = timeout_s
+        self.max_concurrency = max_concurrency
         self._sem = asyncio.Semaphore(max_concurrency)
-        self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="reward-local")
+        self._pool: ElasticExecutor | None = None  # made in the event loop of the first call
         self._modules: dict[str, ModuleType] = {}
 
     def _module(self, function: str) -> tuple[ModuleType, bool]:
@@ -42,7 +43,12 @@ class LocalRewardClient:
             try:
                 mod, first = self._module(function)
                 t_run = time.monotonic()
-                run = loop.run_in_executor(self._pool, faults.reward_fn(mod.reward), summary)
+                if self._pool is None or self._pool.loop is not loop:
+                    # Fast reward functions of a burst run back to back on one or
+                    # two threads instead of waking a thread each (elastic_executor.py).
+                    self._pool = ElasticExecutor(loop, max_threads=self.max_concurrency)
+                fn = faults.reward_fn(mod.reward)
+                run = self._pool.submit(lambda: fn(summary))
                 result = await asyncio.wait_for(run, self.timeout_s)
                 ran_ms = (time.monotonic() - t_run) * 1000.0
             except TimeoutError:
@@ -56,4 +62,5 @@ class LocalRewardClient:
                              f"{self.package}.{function}: {err}" if err else "")
 
     async def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.close()

@@ -14,13 +14,13 @@ import asyncio
 import functools
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from envs.registry import make_text_env
 from roll_agentic import faults
 from roll_agentic.cluster import freeze_startup_heap
 from roll_agentic.config import RewardConfig, TaskConfig
+from roll_agentic.elastic_executor import ElasticExecutor
 from roll_agentic.engine.engine_client import BatchingEngineClient
 from roll_agentic.engine.protocol import SamplingParams
 from roll_agentic.engine.router_client import CoalescingRouterClient
@@ -30,7 +30,7 @@ from roll_agentic.rollout.trajectory import Ticket, Trajectory, Turn, json_scala
 
 MAX_RESTARTS = 3
 ENGINE_RETRY_S = 0.25  # first back-off after an engine failure; doubles per attempt
-ENV_THREADS = 256
+ENV_THREADS = 256  # at most this many env calls run at once (a thread each when slow)
 
 
 class EnvFailure(RuntimeError):
@@ -66,6 +66,7 @@ class RolloutWorker:
         self.groups_in_flight = groups_in_flight
         self.env_step_timeout_s = env_step_timeout_s
         self._free_envs: dict[str, list[Any]] = {name: [] for name in self.tasks}
+        self._env_executor: ElasticExecutor | None = None  # made on first use, in the actor's loop
         self._stop = False
         self._watched: dict[int, asyncio.Task] = {}  # engines this worker waits on to come back
         self.in_flight = 0
@@ -75,9 +76,6 @@ class RolloutWorker:
 
     # -- lifecycle -------------------------------------------------------------------------
     async def run(self) -> dict:
-        # Env calls run in threads; the default pool (cores + 4 threads) would
-        # queue slow env steps behind each other and undo the asynchrony.
-        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=ENV_THREADS))
         running: set[asyncio.Task] = set()
         while not self._stop:
             done = {g for g in running if g.done()}
@@ -93,6 +91,9 @@ class RolloutWorker:
                 break
             running |= {asyncio.ensure_future(self._run_group(t)) for t in tickets}
         await asyncio.gather(*running)
+        if self._env_executor is not None:
+            self._env_executor.close()  # idle threads end; one stuck in a hung env call stays (daemon)
+            self._env_executor = None
         return self.stats()
 
     async def stop(self) -> None:
@@ -151,9 +152,12 @@ class RolloutWorker:
         # that wraps each call in an extra task and context copy, and with 64
         # episodes stepping at once the event loop's share of a hop went from
         # ~2 ms to ~6 ms (measured on a no-op env) -- latency every turn pays.
+        # The executor runs bursts of fast calls on one or two threads (elastic_executor.py).
         call = faults.env_call(checked(fn))  # wrong types from the env are its failure, not the engine's
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(None, functools.partial(call, *args, **kwargs))
+        if self._env_executor is None:
+            self._env_executor = ElasticExecutor(loop, max_threads=ENV_THREADS)
+        fut = self._env_executor.submit(functools.partial(call, *args, **kwargs))
         expired = False
 
         def expire() -> None:

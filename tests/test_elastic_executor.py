@@ -1,0 +1,137 @@
+import asyncio
+import threading
+import time
+
+import pytest
+
+from roll_agentic.elastic_executor import ElasticExecutor
+
+
+def _run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+def test_results_and_errors_reach_their_callers():
+    async def main():
+        ex = ElasticExecutor(asyncio.get_running_loop())
+
+        def boom():
+            raise ValueError("env bug")
+
+        ok = ex.submit(lambda: 41 + 1)
+        bad = ex.submit(boom)
+        results = await asyncio.gather(ok, bad, return_exceptions=True)
+        ex.close()
+        return results
+
+    ok, bad = _run(main())
+    assert ok == 42 and isinstance(bad, ValueError) and "env bug" in str(bad)
+
+
+def test_a_burst_of_fast_calls_runs_on_few_threads():
+    async def main():
+        ex = ElasticExecutor(asyncio.get_running_loop())
+        out = await asyncio.gather(*(ex.submit(lambda i=i: i * i) for i in range(64)))
+        ex.close()
+        return ex, out
+
+    ex, out = _run(main())
+    assert out == [i * i for i in range(64)]
+    assert ex.threads_started <= 2  # a pool of a thread per call would have woken 64
+
+
+def test_slow_calls_get_threads_of_their_own():
+    running = 0
+    most = 0
+    lock = threading.Lock()
+
+    def slow():
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        time.sleep(0.3)
+        with lock:
+            running -= 1
+        return "done"
+
+    async def main():
+        ex = ElasticExecutor(asyncio.get_running_loop())
+        out = await asyncio.gather(*(ex.submit(slow) for _ in range(16)))
+        ex.close()
+        return out
+
+    assert _run(main()) == ["done"] * 16
+    assert most >= 12  # they ran side by side, not one after another
+
+
+def test_a_hung_call_holds_up_neither_later_calls_nor_results_already_made():
+    release = threading.Event()
+
+    async def main():
+        ex = ElasticExecutor(asyncio.get_running_loop())
+        fast = ex.submit(lambda: "made before the hang")  # same burst: likely the same thread
+        hung = ex.submit(lambda: release.wait(20) and "hung")
+        first = await asyncio.wait_for(fast, 5)
+        later = await asyncio.wait_for(asyncio.gather(*(ex.submit(lambda i=i: i) for i in range(10))), 5)
+        assert not hung.done()
+        release.set()
+        last = await asyncio.wait_for(hung, 5)
+        ex.close()
+        return first, later, last
+
+    first, later, last = _run(main())
+    assert first == "made before the hang" and later == list(range(10)) and last == "hung"
+
+
+def test_a_cancelled_call_finishing_later_is_ignored():
+    gate = threading.Event()
+
+    async def main():
+        ex = ElasticExecutor(asyncio.get_running_loop())
+        fut = ex.submit(lambda: gate.wait(5))
+        fut.cancel()  # what the worker's per-call timeout does
+        gate.set()
+        await asyncio.sleep(0.05)
+        again = await ex.submit(lambda: "still serving")
+        ex.close()
+        return fut, again
+
+    fut, again = _run(main())
+    assert fut.cancelled() and again == "still serving"
+
+
+def test_submit_after_close_is_refused():
+    async def main():
+        ex = ElasticExecutor(asyncio.get_running_loop())
+        ex.close()
+        with pytest.raises(RuntimeError, match="after close"):
+            ex.submit(lambda: 1)
+
+    _run(main())
+
+
+def test_once_calls_are_known_to_be_slow_each_gets_a_thread_at_once():
+    running = 0
+    most = 0
+    lock = threading.Lock()
+
+    def slow():
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        time.sleep(0.2)
+        with lock:
+            running -= 1
+
+    async def main():
+        ex = ElasticExecutor(asyncio.get_running_loop(), busy_after_s=0.05)
+        await asyncio.gather(*(ex.submit(lambda: time.sleep(0.1)) for _ in range(4)))  # learns: slow
+        await asyncio.gather(*(ex.submit(slow) for _ in range(8)))
+        ex.close()
+        return ex
+
+    ex = _run(main())
+    assert most == 8  # side by side, not one after another
+    assert ex.threads_started >= 8
