@@ -14,9 +14,9 @@ This executor keeps the protection and drops the convoy:
   thread has been on its current call longer than `busy_after_s`; only then
   is another thread started (or an idle one woken). Fast calls thus run back
   to back on one or two threads, while slow or hung ones get threads of their
-  own within `busy_after_s`, as many as there are calls waiting; once recent
-  calls have been slow on average, each call gets a thread at once, as in a
-  plain pool;
+  own within `busy_after_s`, as many as there are calls waiting; a call of a
+  kind that has been slow on average (an env's `step` that waits on a tool)
+  gets a thread at once, as in a plain pool;
 - a thread hands its results to the loop in batches: one wake-up of the loop
   for a burst, not one per call.
 Timeouts stay with the caller (a hung call's future is cancelled there; its
@@ -43,26 +43,32 @@ class ElasticExecutor:
         self.max_threads = max_threads
         self.busy_after_s = busy_after_s
         self._cv = threading.Condition()
-        self._queue: deque[tuple[Callable[[], Any], asyncio.Future]] = deque()
+        self._queue: deque[tuple[Callable[[], Any], asyncio.Future, str]] = deque()
         self._started: dict[int, float] = {}  # thread id -> when its current call began (0: none)
         self._held: dict[int, list] = {}  # thread id -> results not yet handed to the loop
         self._threads = 0
         self._idle = 0  # threads waiting for work
         self._pending_wakes = 0  # of those, notified and not yet awake
         self._waking = 0  # threads woken or started that have not taken a call yet
-        self._recent_call_s = 0.0  # moving average of call durations
+        self._call_s: dict[str, float] = {}  # kind of call -> moving average of its durations
         self._checking = False
         self._closed = False
         self.threads_started = 0  # for tests and stats
 
-    def submit(self, fn: Callable[[], Any]) -> asyncio.Future:
-        """Runs `fn()` on a worker thread; the returned future resolves on the loop."""
+    def submit(self, fn: Callable[[], Any], kind: str = "") -> asyncio.Future:
+        """Runs `fn()` on a worker thread; the returned future resolves on the loop.
+
+        `kind` names what the call is (e.g. "frozenlake.step"): once calls of a
+        kind have been slow on average, each new one gets a thread at once."""
         fut = self.loop.create_future()
         with self._cv:
             if self._closed:
                 raise RuntimeError("ElasticExecutor: submit after close")
-            self._queue.append((fn, fut))
-            self._add_help_locked()
+            self._queue.append((fn, fut, kind))
+            if self._call_s.get(kind, 0.0) > self.busy_after_s:  # known slow: a thread of its own, now
+                self._help_locked(1)
+            else:
+                self._add_help_locked()
         self._schedule_check()  # also hands back results held by a thread that got stuck
         return fut
 
@@ -76,9 +82,6 @@ class ElasticExecutor:
         """Wakes or starts threads while calls wait and no running thread is free to
         take them soon: none runs, or every one is on a call older than busy_after_s."""
         if not self._queue:
-            return
-        if self._recent_call_s > self.busy_after_s:  # slow env calls: a thread per call, at once
-            self._help_locked(1)
             return
         if self._waking:  # help is on its way
             return
@@ -160,14 +163,15 @@ class ElasticExecutor:
             if item is None:
                 self._deliver_later(held)
                 continue
-            fn, fut = item
+            fn, fut, kind = item
             began = time.monotonic()
             try:
                 result = (fut, True, fn())
             except BaseException as err:  # noqa: BLE001 - the env's failure is the caller's to judge
                 result = (fut, False, err)
             with self._cv:
-                self._recent_call_s = 0.8 * self._recent_call_s + 0.2 * (time.monotonic() - began)
+                took = time.monotonic() - began
+                self._call_s[kind] = 0.8 * self._call_s.get(kind, took) + 0.2 * took
                 self._held[me].append(result)
                 full = len(self._held[me]) >= DELIVER_EVERY
                 if full:

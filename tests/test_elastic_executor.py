@@ -135,3 +135,30 @@ def test_once_calls_are_known_to_be_slow_each_gets_a_thread_at_once():
     ex = _run(main())
     assert most == 8  # side by side, not one after another
     assert ex.threads_started >= 8
+
+
+def test_slow_calls_of_one_kind_do_not_wait_behind_fast_ones_of_another():
+    running = 0
+    most = 0
+    lock = threading.Lock()
+
+    def tool_call():
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        time.sleep(0.2)
+        with lock:
+            running -= 1
+
+    async def main():
+        # A thread on a call for under 0.5 s counts as free: without knowing the kind,
+        # the 0.2 s calls below would run one after another on one thread.
+        ex = ElasticExecutor(asyncio.get_running_loop(), busy_after_s=0.5)
+        await asyncio.gather(*(ex.submit(lambda: time.sleep(0.6), kind="env.step") for _ in range(2)))
+        await asyncio.gather(*(ex.submit(lambda: None, kind="env.reset") for _ in range(50)))  # fast kind
+        await asyncio.gather(*(ex.submit(tool_call, kind="env.step") for _ in range(6)))
+        ex.close()
+
+    _run(main())
+    assert most == 6  # "env.step" is known slow (0.6 s > 0.5 s): each call got its thread at once

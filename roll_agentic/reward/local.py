@@ -48,7 +48,7 @@ class LocalRewardClient:
                     # two threads instead of waking a thread each (elastic_executor.py).
                     self._pool = ElasticExecutor(loop, max_threads=self.max_concurrency)
                 fn = faults.reward_fn(mod.reward)
-                run = self._pool.submit(lambda: fn(summary))
+                run = self._pool.submit(lambda: fn(summary), kind=function)
                 result = await asyncio.wait_for(run, self.timeout_s)
                 ran_ms = (time.monotonic() - t_run) * 1000.0
             except TimeoutError:

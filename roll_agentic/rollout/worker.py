@@ -157,7 +157,8 @@ class RolloutWorker:
         loop = asyncio.get_running_loop()
         if self._env_executor is None:
             self._env_executor = ElasticExecutor(loop, max_threads=ENV_THREADS)
-        fut = self._env_executor.submit(functools.partial(call, *args, **kwargs))
+        fut = self._env_executor.submit(functools.partial(call, *args, **kwargs),
+                                        kind=getattr(fn, "__qualname__", ""))  # e.g. FrozenLakeText.step
         expired = False
 
         def expire() -> None:
