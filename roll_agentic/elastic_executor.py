@@ -58,7 +58,7 @@ class ElasticExecutor:
     def submit(self, fn: Callable[[], Any], kind: str = "") -> asyncio.Future:
         """Runs `fn()` on a worker thread; the returned future resolves on the loop.
 
-        `kind` names what the call is (e.g. "frozenlake.step"): once calls of a
+        `kind` names what the call is (e.g. "FrozenLakeText.step"): once calls of a
         kind have been slow on average, each new one gets a thread at once."""
         fut = self.loop.create_future()
         with self._cv:
