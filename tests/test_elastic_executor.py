@@ -11,6 +11,23 @@ def _run(coro):
     return asyncio.run(asyncio.wait_for(coro, 30))
 
 
+class Overlap:
+    """Calls that sleep, counting how many ran at the same time."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.running, self.most = seconds, 0, 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> str:
+        with self._lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(self.seconds)
+        with self._lock:
+            self.running -= 1
+        return "done"
+
+
 def test_results_and_errors_reach_their_callers():
     async def main():
         ex = ElasticExecutor(asyncio.get_running_loop())
@@ -41,19 +58,7 @@ def test_a_burst_of_fast_calls_runs_on_few_threads():
 
 
 def test_slow_calls_get_threads_of_their_own():
-    running = 0
-    most = 0
-    lock = threading.Lock()
-
-    def slow():
-        nonlocal running, most
-        with lock:
-            running += 1
-            most = max(most, running)
-        time.sleep(0.3)
-        with lock:
-            running -= 1
-        return "done"
+    slow = Overlap(0.3)
 
     async def main():
         ex = ElasticExecutor(asyncio.get_running_loop())
@@ -62,7 +67,7 @@ def test_slow_calls_get_threads_of_their_own():
         return out
 
     assert _run(main()) == ["done"] * 16
-    assert most >= 12  # they ran side by side, not one after another
+    assert slow.most >= 12  # they ran side by side, not one after another
 
 
 def test_a_hung_call_holds_up_neither_later_calls_nor_results_already_made():
@@ -112,18 +117,7 @@ def test_submit_after_close_is_refused():
 
 
 def test_once_calls_are_known_to_be_slow_each_gets_a_thread_at_once():
-    running = 0
-    most = 0
-    lock = threading.Lock()
-
-    def slow():
-        nonlocal running, most
-        with lock:
-            running += 1
-            most = max(most, running)
-        time.sleep(0.2)
-        with lock:
-            running -= 1
+    slow = Overlap(0.2)
 
     async def main():
         ex = ElasticExecutor(asyncio.get_running_loop(), busy_after_s=0.05)
@@ -133,23 +127,12 @@ def test_once_calls_are_known_to_be_slow_each_gets_a_thread_at_once():
         return ex
 
     ex = _run(main())
-    assert most == 8  # side by side, not one after another
+    assert slow.most == 8  # side by side, not one after another
     assert ex.threads_started >= 8
 
 
 def test_slow_calls_of_one_kind_do_not_wait_behind_fast_ones_of_another():
-    running = 0
-    most = 0
-    lock = threading.Lock()
-
-    def tool_call():
-        nonlocal running, most
-        with lock:
-            running += 1
-            most = max(most, running)
-        time.sleep(0.2)
-        with lock:
-            running -= 1
+    tool_call = Overlap(0.2)
 
     async def main():
         # A thread on a call for under 0.5 s counts as free: without knowing the kind,
@@ -161,4 +144,4 @@ def test_slow_calls_of_one_kind_do_not_wait_behind_fast_ones_of_another():
         ex.close()
 
     _run(main())
-    assert most == 6  # "env.step" is known slow (0.6 s > 0.5 s): each call got its thread at once
+    assert tool_call.most == 6  # "env.step" is known slow (0.6 s > 0.5 s): each call got its thread at once
