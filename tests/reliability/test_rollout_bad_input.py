@@ -119,6 +119,9 @@ def test_a_failed_engine_is_retried_and_routed_to_again_once_it_answers(tiny_mod
         worker, router = _worker(tiny_model_path, engine, "envs.latency_env:LongTailEnv",
                                  {"sleep": False, "min_turns": 1, "max_turns": 1})
         traj = await worker._episode(Ticket("g0", "t", 1, 2, 0), 0)
+        # With one engine the retry goes straight back to it; the router learns it is
+        # alive from the worker's watcher, once the engine answers a ping.
+        await asyncio.wait_for(asyncio.gather(*list(worker._watched.values())), 10)
         return traj, worker, router
 
     traj, worker, router = asyncio.run(main())
