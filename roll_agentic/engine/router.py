@@ -216,10 +216,6 @@ class Router:
         """Several (task, traj_id, prompt_tokens) at once, decided in order (one actor call)."""
         return [self.table.assign(task, traj_id, prompt_tokens) for task, traj_id, prompt_tokens in requests]
 
-    def release_many(self, traj_ids: list[str]) -> None:
-        for traj_id in traj_ids:
-            self.table.release(traj_id)
-
     def notify_many(self, notes: list[tuple]) -> None:
         """Assignments already made by a worker (one engine, nothing to decide) and
         releases, applied in the order they happened (CoalescingRouterClient)."""

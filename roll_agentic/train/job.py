@@ -209,7 +209,7 @@ class TrainingJob:
         rollout_done = time.perf_counter()
         if held:
             self.trainer.accumulate(samples_from_groups(held, self.cfg.algo.adv_eps))
-        m = self.trainer.apply(self.trainer.step)
+        m = self.trainer.apply()  # its lr is that of self.trainer.step, the step being taken
         self.trainer.step += 1
         m.update({"tail/streamed_grad_s": streamed_s, "tail/round_closed": float(closed),
                   "tail/final_grad_s": time.perf_counter() - rollout_done})
