@@ -91,6 +91,9 @@ class AlgoConfig:
     clip_eps: float = 0.2  # PPO clip range
     kl_coef: float = 0.0  # > 0 keeps a frozen reference model and adds a k3 KL term
     entropy_coef: float = 0.005  # > 0 rewards the sampling distribution's entropy (against collapse)
+    # > 0: after each step, the lr of the next shrinks when the step's KL overshot 2x this
+    # and grows back under half of it (train/trust_region.py): a trust region on fresh samples
+    target_kl: float = 0.0
     adv_eps: float = 1e-6
 
 
@@ -212,6 +215,7 @@ def validate(cfg: Config) -> Config:
     _check(e, 0 < cfg.algo.clip_eps < 1, "algo.clip_eps", "a number in (0, 1)", cfg.algo.clip_eps)
     _check(e, cfg.algo.kl_coef >= 0, "algo.kl_coef", "a number >= 0", cfg.algo.kl_coef)
     _check(e, cfg.algo.entropy_coef >= 0, "algo.entropy_coef", "a number >= 0", cfg.algo.entropy_coef)
+    _check(e, cfg.algo.target_kl >= 0, "algo.target_kl", "a number >= 0 (0 = off)", cfg.algo.target_kl)
     _check(e, cfg.algo.name == "grpo", "algo.name", "grpo", cfg.algo.name)
     _check(e, cfg.rollout.mode in ("async", "tail_batching"), "rollout.mode", "async or tail_batching", cfg.rollout.mode)
     _check(e, cfg.rollout.num_workers >= 1, "rollout.num_workers", "an integer >= 1", cfg.rollout.num_workers)

@@ -21,6 +21,7 @@ from roll_agentic.rollout.trajectory import Trajectory
 from roll_agentic.train.advantages import grpo_advantages
 from roll_agentic.train.loss import ppo_clip_loss_sum, token_logprobs, token_logprobs_and_entropy
 from roll_agentic.train.lr_schedule import lr_at
+from roll_agentic.train.trust_region import AdaptiveLR, step_kl_sum
 
 
 @dataclass
@@ -64,6 +65,9 @@ class PolicyTrainer:
         self.step = 0
         self._sums = self._zero_sums()
         self._pending: list[Sample] = []
+        self.trust = AdaptiveLR(algo.target_kl)  # lr follows each step's KL (trust_region.py)
+        # With a target KL: each micro-batch's inputs and pre-step logprobs, to measure the step.
+        self._trained: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
     @staticmethod
     def _zero_sums() -> dict[str, float]:
@@ -102,6 +106,8 @@ class PolicyTrainer:
         sums = ppo_clip_loss_sum(lp, old, adv, mask, self.algo.clip_eps, ref, self.algo.kl_coef,
                                 entropy, self.algo.entropy_coef)
         sums.loss.backward()
+        if self.trust.enabled:
+            self._trained.append((ids, attn, mask, lp.detach()))
         for k in ("policy", "kl", "entropy", "clipped", "ratio", "logprob_abs_diff", "tokens"):
             self._sums[k] += getattr(sums, k)
         self._sums["loss"] += float(sums.loss.detach())
@@ -135,11 +141,13 @@ class PolicyTrainer:
             grad_norm = grad_norm.full_tensor()
         lr = lr_at(self.step if step is None else step, self.cfg.lr, self.cfg.total_steps, self.cfg.lr_schedule,
                    self.cfg.lr_min_ratio, self.cfg.lr_warmup_steps)
+        lr *= self.trust.mult  # 1 unless a target KL was overshot (trust_region.py)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         tokens = max(self._sums["tokens"], 1.0)
+        step_kl = self._step_kl() if self.trust.enabled else 0.0
         metrics = {
             "train/loss": self._sums["loss"] / tokens,
             "train/policy_loss": self._sums["policy"] / tokens,
@@ -150,11 +158,28 @@ class PolicyTrainer:
             "train/logprob_diff": self._sums["logprob_abs_diff"] / tokens,
             "train/grad_norm": float(grad_norm),
             "train/lr": lr,
+            "train/step_kl": step_kl,
+            "train/lr_mult": self.trust.update(step_kl),
             "train/tokens": self._sums["tokens"],
             "train/samples": self._sums["samples"],
         }
         self._sums = self._zero_sums()
         return metrics
+
+    def _step_kl(self) -> float:
+        """KL from the policy before this step to the one after, on the tokens it trained on."""
+        kl, tokens = 0.0, 0.0
+        with torch.no_grad():
+            for ids, attn, mask, before in self._trained:
+                after = token_logprobs(self.model(input_ids=ids, attention_mask=attn).logits, ids, self.temperature)
+                kl += step_kl_sum(before, after, mask.float())
+                tokens += float(mask.sum())
+        self._trained = []
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            t = torch.tensor([kl, tokens], dtype=torch.float64)  # every worker adapts alike
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
+            kl, tokens = t.tolist()
+        return kl / max(tokens, 1.0)
 
     def train_step(self, samples: list[Sample]) -> dict[str, float]:
         """ppo_epochs passes over the batch, one optimizer step each; metrics of the first."""
@@ -181,6 +206,7 @@ class PolicyTrainer:
 
         return {
             "step": self.step,
+            "lr_mult": self.trust.mult,
             "optimizer": full_optimizer_state(self.model, self.optimizer),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
         }
@@ -190,6 +216,7 @@ class PolicyTrainer:
 
         load_full_state(self.model, self.optimizer, weights, state["optimizer"])
         self.step = int(state["step"])
+        self.trust.mult = float(state.get("lr_mult", 1.0))  # checkpoints from before it: 1
         torch.set_rng_state(state["rng"]["torch"])
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])

@@ -30,12 +30,14 @@ def test_sharding_keeps_every_sample_once():
 
 
 @pytest.mark.slow
-def test_two_workers_stay_bitwise_equal_and_match_one_process(tiny_model_path):
+@pytest.mark.parametrize("target_kl", [0.0, 1e-9])  # 1e-9: every step's KL shrinks the next one's rate
+def test_two_workers_stay_bitwise_equal_and_match_one_process(tiny_model_path, target_kl):
     init_ray(RayConfig(num_cpus=4))
     try:
         cfg = TrainerConfig(lr=1e-2, num_workers=2, micro_batch_size=4)
-        dp = DataParallelTrainer(tiny_model_path, cfg, AlgoConfig())
-        single = PolicyTrainer(tiny_model_path, TrainerConfig(lr=1e-2, micro_batch_size=4), AlgoConfig())
+        dp = DataParallelTrainer(tiny_model_path, cfg, AlgoConfig(target_kl=target_kl))
+        single = PolicyTrainer(tiny_model_path, TrainerConfig(lr=1e-2, micro_batch_size=4),
+                               AlgoConfig(target_kl=target_kl))
         for step in range(3):
             batch = _batch(step)
             m_dp = dp.train_step(batch)
@@ -43,6 +45,8 @@ def test_two_workers_stay_bitwise_equal_and_match_one_process(tiny_model_path):
             a, b = dp.parameters_per_worker()
             assert torch.equal(a, b), f"workers diverged at step {step}"
             assert m_dp["train/tokens"] == m_single["train/tokens"]
+            assert m_dp["train/lr"] == m_single["train/lr"]  # the KL is summed over both workers
+            assert m_dp["train/step_kl"] == pytest.approx(m_single["train/step_kl"], rel=1e-3, abs=1e-12)
         ref = torch.cat([p.detach().reshape(-1) for p in single.model.parameters()])
         # same maths, different float summation order: close, not identical
         assert (a - ref).abs().max().item() < 1e-4
