@@ -148,6 +148,7 @@ class PolicyTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         tokens = max(self._sums["tokens"], 1.0)
         step_kl = self._step_kl() if self.trust.enabled else 0.0
+        next_mult = self.trust.update(step_kl)  # the rate of the next step, not of this one
         metrics = {
             "train/loss": self._sums["loss"] / tokens,
             "train/policy_loss": self._sums["policy"] / tokens,
@@ -159,7 +160,7 @@ class PolicyTrainer:
             "train/grad_norm": float(grad_norm),
             "train/lr": lr,
             "train/step_kl": step_kl,
-            "train/lr_mult": self.trust.update(step_kl),
+            "train/lr_mult": next_mult,
             "train/tokens": self._sums["tokens"],
             "train/samples": self._sums["samples"],
         }
