@@ -38,8 +38,9 @@ is one deterministic pinning, not a search.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from roll_agentic.mux.batch import BatchStep, PlaceFn, build_plan, scratch_book, search_batch
 from roll_agentic.mux.group import (
     CandidateKind,
     Group,
@@ -54,6 +55,7 @@ from roll_agentic.mux.round_robin import (
     evaluate_round_robin,
     members_of,
     progress_rate,
+    slo_periods_ok,
 )
 
 # Kept back from every SLO for what plans on typical lengths cannot see: a
@@ -206,6 +208,12 @@ class RollMuxPolicy(RoundRobinPhases):
     # Choose among feasible candidates by effective cost (slowdowns priced
     # in); off: the paper's rule, the first (cheapest) feasible candidate.
     rate_aware: bool = True
+    # Jobs that arrive at one instant (a sweep) are placed as a batch
+    # (`batch.py`): plans tried per batch, each a run of this policy over one
+    # order of the jobs; 0: one by one in arrival order. On the 20 static
+    # instances of `sim optimality` a batch's plan went from within 1.45x
+    # of the optimum's (arrival order) to within 1.06x.
+    batch_budget: int = 400
     name: str = "rollmux"
     _views: dict[int, GroupView] = field(default_factory=dict, repr=False)
     _groups: dict[int, Group] = field(default_factory=dict, repr=False)  # whose views we keep
@@ -236,6 +244,21 @@ class RollMuxPolicy(RoundRobinPhases):
         if self.rehome:
             self._rehomer.placed(job.job_id, groups, score)
         return placement
+
+    def place_batch(self, groups: Mapping[int, Group], jobs: list[JobProfile]) -> list[BatchStep]:
+        """Placements for jobs that arrived together, in the order to apply them
+        (`batch.apply_batch` maps the new groups' and nodes' ids)."""
+
+        def make_place(share: bool) -> PlaceFn:
+            # A fresh policy per plan: the views cached here key on group
+            # ids, which the scratch copies reuse with other members.
+            return replace(
+                self, share_any=share, rehome=False, _views={}, _groups={}, _joined={}
+            ).place
+
+        if len(jobs) == 1 or self.batch_budget <= 0:  # in arrival order, as placed online
+            return build_plan(scratch_book(groups, self.spec), jobs, make_place(self.share_any))
+        return search_batch(groups, jobs, self.spec, make_place, self.headroom, self.batch_budget)
 
     def best(
         self, groups: Mapping[int, Group], job: JobProfile, bound: float | None = None
@@ -368,11 +391,3 @@ def _slo_met(
     plans: list[MemberPlan], profiles: list[JobProfile], switch_s: float, headroom: float
 ) -> bool:
     return slo_periods_ok(evaluate_round_robin(plans, switch_s=switch_s), profiles, headroom)
-
-
-def slo_periods_ok(periods: list[float], profiles: list[JobProfile], headroom: float) -> bool:
-    """Planned co-run periods against each member's SLO x its typical solo iteration."""
-    return all(
-        t * (1.0 + headroom) <= p.slo * p.planned_iter_s
-        for t, p in zip(periods, profiles, strict=True)
-    )

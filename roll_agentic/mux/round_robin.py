@@ -255,6 +255,14 @@ def progress_rate(periods: list[float], profiles: Sequence[JobProfile]) -> float
     return sum(min(1.0, p.planned_iter_s / t) for t, p in zip(periods, profiles, strict=True))
 
 
+def slo_periods_ok(periods: list[float], profiles: list[JobProfile], headroom: float) -> bool:
+    """Planned co-run periods against each member's SLO x its typical solo iteration."""
+    return all(
+        t * (1.0 + headroom) <= p.slo * p.planned_iter_s
+        for t, p in zip(periods, profiles, strict=True)
+    )
+
+
 def evaluate_static_order(
     members: Sequence[MemberPlan],
     sequence: Sequence[int],

@@ -65,6 +65,7 @@ def _optimality(args: argparse.Namespace) -> int:
         node_budget=args.budget,
         share_any=args.share_any,
         rehome=args.rehome,
+        batch=not args.one_by_one,
     )
     rows = [f"{'#':>3} {'jobs':>4} {'rollmux/optimal':>16} {'rollmux SLO':>12}"]
     for i, r in enumerate(doc["per_instance"]):
@@ -147,6 +148,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         action="store_true",
         help="let RollMux share any subset of a group's nodes and open training nodes too "
         "(beyond the paper's three candidate kinds)",
+    )
+    p.add_argument(
+        "--one-by-one",
+        action="store_true",
+        help="place the instance's jobs one at a time in arrival order (the paper's online "
+        "rule) instead of as the batch they arrive in",
     )
     p.set_defaults(func=_optimality)
 

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from roll_agentic.mux.group import GroupBook, Node
+from roll_agentic.mux.batch import ScratchIds
+from roll_agentic.mux.group import Group, GroupBook, Node, Placement
 from roll_agentic.mux.policy import SchedulerPolicy
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseKind, Pool
 from roll_agentic.mux.round_robin import PhaseSpec
@@ -197,7 +198,12 @@ class ClusterSimulator:
             ev = self._events.pop()
             now = ev.time
             if ev.type is EventType.ARRIVE:
-                self._arrive(by_id[ev.job_id], now)
+                batch = [by_id[ev.job_id]]
+                while self._events and self._events.peek().type is EventType.ARRIVE and (
+                    self._events.peek_time() == now
+                ):
+                    batch.append(by_id[self._events.pop().job_id])
+                self._arrive(batch, now)
             elif ev.type is EventType.SYNC_END:
                 self._job_iteration_end(ev.job_id, now)
             else:
@@ -223,11 +229,30 @@ class ClusterSimulator:
 
     # -- events ---------------------------------------------------------------
 
-    def _arrive(self, job: TraceJob, now: float) -> None:
+    def _arrive(self, jobs: list[TraceJob], now: float) -> None:
+        """Place jobs that arrive at `now`: together when the policy can (a sweep)."""
+        profiles = [j.profile for j in jobs]
+        batch = getattr(self.policy, "place_batch", None)
         t0 = wallclock.process_time()  # CPU time: robust to a busy machine
-        placement = self.policy.place(self._book.groups, job.profile)
-        self._sched_s += wallclock.process_time() - t0
-        group, opened = self._book.apply(placement, job.profile)
+        if len(jobs) > 1 and batch is not None:
+            steps = batch(self._book.groups, profiles)
+            self._sched_s += wallclock.process_time() - t0
+            by_id = {j.profile.job_id: j for j in jobs}
+            ids = ScratchIds()
+            for step in steps:  # each joins before the next is pinned (node turns)
+                group, opened = ids.apply(self._book, step)
+                self._admit(by_id[step.job.job_id], step.placement, group, opened, now)
+            return
+        for job in jobs:
+            t0 = wallclock.process_time()
+            placement = self.policy.place(self._book.groups, job.profile)
+            self._sched_s += wallclock.process_time() - t0
+            group, opened = self._book.apply(placement, job.profile)
+            self._admit(job, placement, group, opened, now)
+
+    def _admit(
+        self, job: TraceJob, placement: Placement, group: Group, opened: list[Node], now: float
+    ) -> None:
         if placement.group_id is None:
             self._changed.append(group.group_id)
         self._open(opened, now)

@@ -41,5 +41,8 @@ class EventQueue:
     def peek_time(self) -> float:
         return self._heap[0].time
 
+    def peek(self) -> Event:
+        return self._heap[0]
+
     def __len__(self) -> int:
         return len(self._heap)

@@ -23,16 +23,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from roll_agentic.mux.batch import GroupAssessor, signature
 from roll_agentic.mux.group import CandidateKind, Group, GroupBook, Placement
-from roll_agentic.mux.placement import (
-    SLO_HEADROOM,
-    memory_ok,
-    new_group_placement,
-    slo_periods_ok,
-)
+from roll_agentic.mux.placement import SLO_HEADROOM, memory_ok, new_group_placement
 from roll_agentic.mux.policy import RoundRobinPhases
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
-from roll_agentic.mux.round_robin import evaluate_round_robin, members_of, progress_rate
 
 
 @dataclass(frozen=True)
@@ -44,37 +39,6 @@ class Step:
     train: tuple[int, ...]
     new_rollout: int
     new_train: int
-
-
-def signature(group: Group) -> tuple:
-    """The group up to renaming its nodes: the multiset of per-node job sets.
-
-    Which jobs share which node is all that the pinning says, so two groups
-    with equal signatures schedule identically; the search visits one.
-    """
-    return tuple(sorted((n.pool.value, tuple(sorted(n.jobs))) for n in group.nodes.values()))
-
-
-class _GroupCache:
-    """SLO feasibility and progress rates per group signature (member order kept)."""
-
-    def __init__(self, spec: ClusterSpec, headroom: float) -> None:
-        self.spec, self.headroom = spec, headroom
-        self._memo: dict[tuple, tuple[bool, float]] = {}
-
-    def assess(self, group: Group) -> tuple[bool, float]:
-        key = (tuple(group.pinning), signature(group))
-        hit = self._memo.get(key)
-        if hit is None:
-            periods = evaluate_round_robin(
-                members_of(group, self.spec), switch_s=self.spec.warm_switch_s
-            )
-            profiles = list(group.members.values())
-            # Alone, a job runs at solo speed by definition.
-            ok = len(profiles) == 1 or slo_periods_ok(periods, profiles, self.headroom)
-            rate = progress_rate(periods, profiles)
-            hit = self._memo[key] = (ok, rate)
-        return hit
 
 
 def _choices(classes: list[list[int]], k: int) -> list[tuple[int, ...]]:
@@ -156,7 +120,7 @@ def solve(
     n = len(jobs)
     best = OptimalResult(upper_bound, [], 0, True)
     path: list[Step] = []
-    cache = _GroupCache(spec, headroom)
+    cache = GroupAssessor(spec, headroom)
     seen: set[tuple] = set()
 
     def dfs(i: int, cost: float) -> None:
@@ -201,9 +165,7 @@ def plan_objective(
     book: GroupBook, spec: ClusterSpec, headroom: float = SLO_HEADROOM
 ) -> float:
     """The search's objective for an existing placement ($/h per unit of progress)."""
-    cache = _GroupCache(spec, headroom)
-    rate = sum(cache.assess(g)[1] for g in book.groups.values())
-    return book.cost_per_hour() / rate
+    return GroupAssessor(spec, headroom).objective(book.groups.values())
 
 
 @dataclass
