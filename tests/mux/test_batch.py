@@ -92,3 +92,15 @@ def test_the_simulator_places_simultaneous_arrivals_as_one_batch():
     cost_per_work = {b: r.total_cost / sum(j.solo_s for j in r.jobs) for b, r in res.items()}
     assert cost_per_work[400] < cost_per_work[0]
     assert res[400].slo_attainment == 1.0
+
+
+def test_a_sweep_arriving_into_a_running_cluster_keeps_every_slo():
+    from dataclasses import replace
+
+    jobs = generate_trace(3, WorkloadSpec(n_jobs=30, span_days=2.0, h_min=6.0, h_max=12.0)).jobs
+    sweep_at = jobs[10].arrival_s
+    jobs = [replace(j, arrival_s=sweep_at) if 10 <= i < 16 else j for i, j in enumerate(jobs)]
+    jobs.sort(key=lambda j: j.arrival_s)
+    res = ClusterSimulator(SPEC, RollMuxPolicy(SPEC)).run(jobs)
+    assert len(res.jobs) == 30 and all(j.iters_done == j.n_iters for j in res.jobs)
+    assert res.slo_attainment == 1.0
