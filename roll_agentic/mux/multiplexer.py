@@ -7,7 +7,8 @@ slots, roll_agentic/mux/trainer_slot.py), and for each submitted job:
    (x `profile_margin` for the worst case), then its state is parked on disk;
 3. places it with the RollMux policy (saturation, memory, SLO check, cheapest
    candidate); a job that fits nowhere waits, its reason shown, and is
-   retried whenever a job leaves; it is never placed so as to break an SLO;
+   retried whenever a job leaves; it is never placed so as to break an SLO.
+   Jobs waiting together are placed together (roll_agentic/mux/placement_desk.py);
 4. runs it in round robin inside its group (roll_agentic/mux/job_runner.py);
 5. on the end, failure or cancellation of a job: releases its permits, its
    residency and its nodes, and retries the queue; the others go on.
@@ -36,6 +37,7 @@ from roll_agentic.mux.job_state import JobRecord, JobState
 from roll_agentic.mux.mux_config import JobSpec, MuxConfig
 from roll_agentic.mux.phase_board import PhaseBoard
 from roll_agentic.mux.placement import RollMuxPolicy
+from roll_agentic.mux.placement_desk import PlacementDesk
 from roll_agentic.mux.profile import PhaseKind, Pool
 from roll_agentic.mux.trainer_slot import TrainerSlot
 
@@ -50,6 +52,7 @@ class Multiplexer:
         self.spec = admission.cluster_spec(m)
         self.book = GroupBook(self.spec)
         self.policy = RollMuxPolicy(self.spec, headroom=m.slo_headroom)
+        self.desk = PlacementDesk(self.book, self.policy)
         self.records: dict[str, JobRecord] = {}
         self.runners: dict[str, JobRunner] = {}
         self.tasks: dict[str, asyncio.Task] = {}
@@ -151,8 +154,14 @@ class Multiplexer:
             profile = admission.job_profile(rec.name, prof, rec.slo)
             rec.state = JobState.QUEUED
             async with self._changed:
-                while not await self._try_place(rec, profile):
-                    await self._changed.wait()
+                self.desk.add(profile)
+                try:
+                    while rec.name in self.desk.waiting:
+                        await self._place_waiting()
+                        if rec.name in self.desk.waiting:
+                            await self._changed.wait()
+                finally:
+                    self.desk.drop(rec.name)  # cancelled while waiting
             placed = True
             rec.state, rec.reason = JobState.RUNNING, ""
             await runner.run(lambda finished: self._next_phases(rec.name, finished))
@@ -163,26 +172,28 @@ class Multiplexer:
             rec.state, rec.reason = JobState.FAILED, f"{type(err).__name__}: {err}"
         finally:
             rec.phase, rec.finished_at = "", self.board.now()
-            await self._leave(rec, placed)
+            await self._leave(rec, placed or rec.name in self.book.job_group)  # placed by another waiter
             await runner.close()
 
-    async def _try_place(self, rec: JobRecord, profile) -> bool:
-        placement = self.policy.place(self.book.groups, profile)
-        need_r, need_t = placement.new_rollout, placement.new_train
-        free_r, free_t = self._free(Pool.ROLLOUT), self._free(Pool.TRAIN)
-        if need_r > len(free_r) or need_t > len(free_t):
-            rec.reason = admission.queue_reason(self.book.groups, profile, self.spec, self.m.slo_headroom,
-                                                len(free_r), len(free_t))
-            return False
-        group, opened = self.book.apply(placement, profile)
-        for node in opened:
-            self.phys[node.node_id] = (free_r if node.pool is Pool.ROLLOUT else free_t).pop(0)
-        pin = group.pinning[rec.name]
-        rec.group = group.group_id
-        rec.nodes = [self.phys[n] for n in (*pin.rollout_nodes, *pin.train_nodes)]
-        for n in pin.train_nodes:  # the policy checked memory; the slot enforces it
-            await self.slots[self.phys[n]].reserve.remote(rec.name, int(rec.profile["state_bytes"]))
-        return True
+    async def _place_waiting(self) -> None:
+        """Place every waiting job that fits (together: `placement_desk.py`); wake the placed."""
+        admitted, reasons = self.desk.place_waiting(self._free(Pool.ROLLOUT), self._free(Pool.TRAIN))
+        for name, why in reasons.items():
+            self.records[name].reason = why
+        for a in admitted:
+            self.phys.update(a.opened)
+            rec = self.records[a.name]
+            pin = a.group.pinning[a.name]
+            rec.group = a.group.group_id
+            rec.nodes = [self.phys[n] for n in (*pin.rollout_nodes, *pin.train_nodes)]
+            try:
+                for n in pin.train_nodes:  # the policy checked memory; the slot enforces it
+                    await self.slots[self.phys[n]].reserve.remote(a.name, int(rec.profile["state_bytes"]))
+            except Exception as err:  # that job ends (its lifecycle releases it); the waiter placing it goes on
+                rec.reason = f"residency reservation failed: {type(err).__name__}: {err}"
+                self.tasks[a.name].cancel()
+        if admitted:
+            self._changed.notify_all()
 
     def _next_phases(self, job: str, finished: PhaseKind | None) -> list[tuple[PhaseKind, list[str]]]:
         group = self.book.groups[self.book.job_group[job]]
