@@ -5,7 +5,9 @@ What it models (and what it does not):
   moment a placement opens it until the last job pinned to it leaves. Cost
   is node-hours x price, summed over the run; nothing is hard-coded.
 - Jobs arrive per the trace, are placed once by the policy under test, loop
-  rollout -> train -> sync for `n_iters` iterations, and leave.
+  rollout -> train -> sync for `n_iters` iterations, and leave. Jobs that
+  arrive at the same instant go to the policy's `place_batch` together
+  when it has one (RollMux: `mux/batch.py`).
 - Which phase a job queues next comes from the policy's `next_phases`
   (rollout -> train -> sync for all shipped policies); each node serves its
   jobs in turns, like the plans (`turns`): a phase starts when its job
