@@ -14,8 +14,9 @@ objective, `sim/optimal.py`).
 
 Search: five seed orders (arrival; dearest, tightest SLO, longest and most
 training work first), then first-improvement local search over moving one
-job to another position, then random restarts, until `budget` plans were
-tried. Every plan is built by the online policy itself, so every placement
+job to another position, then random restarts, until the plans tried
+hold `budget` placements (the unit of cost: 400 plans of an 8-job batch;
+a 100-job sweep gets the five seed orders and ~20 more plans, ~1 s). Every plan is built by the online policy itself, so every placement
 in it passed the policy's memory and SLO checks. A plan is evaluated on a
 scratch copy of the groups; its steps carry the ids the scratch book gave
 new groups and nodes, and `apply_batch` maps them onto the real book's.
@@ -119,7 +120,7 @@ def search_batch(
     headroom: float,
     budget: int,
 ) -> list[BatchStep]:
-    """The best plan found for `jobs` (see the module docstring); `budget`: plans tried."""
+    """The best plan found for `jobs` (see the module docstring); `budget`: placements."""
     book = scratch_book(groups, spec)
     assessor = GroupAssessor(spec, headroom)
     tried: dict[tuple[tuple[str, ...], bool], tuple[float, list[BatchStep]]] = {}
@@ -151,9 +152,10 @@ def search_batch(
     rng = np.random.default_rng(len(jobs))
     start_val, start = best_val, best_order
     n = len(jobs)
+    plans = budget // n  # the seed orders are tried whatever the budget
 
     def spent() -> bool:
-        return len(tried) >= budget or calls >= budget
+        return len(tried) >= plans or calls >= plans
 
     while n > 1 and not spent():
         improved = False
