@@ -16,15 +16,16 @@ Search: five seed orders (arrival; dearest, tightest SLO, longest and most
 training work first), then first-improvement local search over moving one
 job to another position, then random restarts, until the plans tried
 hold `budget` placements (the unit of cost: 400 plans of an 8-job batch;
-a 100-job sweep gets the five seed orders and ~20 more plans, ~1 s). Every plan is built by the online policy itself, so every placement
-in it passed the policy's memory and SLO checks. A plan is evaluated on a
-scratch copy of the groups; its steps carry the ids the scratch book gave
-new groups and nodes, and `apply_batch` maps them onto the real book's.
+a 100-job sweep gets the five seed orders and ~20 more plans, ~1 s).
+Every plan is built by the online policy itself, so every placement in
+it passed the policy's memory and SLO checks. A plan is evaluated on a
+scratch copy of the groups (`GroupBook.scratch`); its steps carry the ids
+the copy gave new groups and nodes, and `ScratchIds` maps them onto the
+real book's.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -92,16 +93,6 @@ class BatchStep:
 PlaceFn = Callable[[Mapping[int, Group], JobProfile], Placement]
 
 
-def scratch_book(groups: Mapping[int, Group], spec: ClusterSpec) -> GroupBook:
-    """A private copy of `groups`; the ids it hands out lie above every existing one."""
-    book = GroupBook(spec)
-    book.groups = copy.deepcopy(dict(groups))
-    book.job_group = {j: gid for gid, g in book.groups.items() for j in g.members}
-    book._next_group = max(book.groups, default=-1) + 1
-    book._next_node = max((n for g in book.groups.values() for n in g.nodes), default=-1) + 1
-    return book
-
-
 def build_plan(book: GroupBook, order: Sequence[JobProfile], place: PlaceFn) -> list[BatchStep]:
     """Place `order` one by one into `book` (left holding them)."""
     steps = []
@@ -121,7 +112,7 @@ def search_batch(
     budget: int,
 ) -> list[BatchStep]:
     """The best plan found for `jobs` (see the module docstring); `budget`: placements."""
-    book = scratch_book(groups, spec)
+    book = GroupBook.scratch(groups, spec)
     assessor = GroupAssessor(spec, headroom)
     tried: dict[tuple[tuple[str, ...], bool], tuple[float, list[BatchStep]]] = {}
 

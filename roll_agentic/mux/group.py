@@ -9,6 +9,8 @@ applies placements, tracks host memory, and never decides anything.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -126,6 +128,16 @@ class GroupBook:
         self.job_group: dict[str, int] = {}
         self._next_group = 0
         self._next_node = 0
+
+    @classmethod
+    def scratch(cls, groups: Mapping[int, Group], spec: ClusterSpec) -> GroupBook:
+        """A private copy of `groups` to plan on; the ids it hands out lie above every existing one."""
+        book = cls(spec)
+        book.groups = copy.deepcopy(dict(groups))
+        book.job_group = {j: gid for gid, g in book.groups.items() for j in g.members}
+        book._next_group = max(book.groups, default=-1) + 1
+        book._next_node = max((n for g in book.groups.values() for n in g.nodes), default=-1) + 1
+        return book
 
     def apply(self, placement: Placement, job: JobProfile) -> tuple[Group, list[Node]]:
         """Pin `job` as `placement` says; returns its group and the nodes opened."""

@@ -40,10 +40,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from roll_agentic.mux.batch import BatchStep, PlaceFn, build_plan, scratch_book, search_batch
+from roll_agentic.mux.batch import BatchStep, PlaceFn, build_plan, search_batch
 from roll_agentic.mux.group import (
     CandidateKind,
     Group,
+    GroupBook,
     Placement,
 )
 from roll_agentic.mux.group_view import GroupView, effective_cost, view_of
@@ -249,7 +250,7 @@ class RollMuxPolicy(RoundRobinPhases):
 
     def place_batch(self, groups: Mapping[int, Group], jobs: list[JobProfile]) -> list[BatchStep]:
         """Placements for jobs that arrived together, in the order to apply them
-        (`batch.apply_batch` maps the new groups' and nodes' ids)."""
+        (`batch.ScratchIds` maps the new groups' and nodes' ids)."""
 
         def make_place(share: bool) -> PlaceFn:
             # A fresh policy per plan: the views cached here key on group
@@ -259,7 +260,7 @@ class RollMuxPolicy(RoundRobinPhases):
             ).place
 
         if len(jobs) == 1 or self.batch_budget <= 0:  # in arrival order, as placed online
-            return build_plan(scratch_book(groups, self.spec), jobs, make_place(self.share_any))
+            return build_plan(GroupBook.scratch(groups, self.spec), jobs, make_place(self.share_any))
         return search_batch(groups, jobs, self.spec, make_place, self.headroom, self.batch_budget)
 
     def best(

@@ -52,7 +52,7 @@ class PlacementDesk:
         """
         free = {Pool.ROLLOUT: list(free_rollout), Pool.TRAIN: list(free_train)}
         admitted: list[Admitted] = []
-        blocked: list[JobProfile] = []
+        blocked: set[str] = set()  # jobs whose step found too few free nodes
         todo = list(self.waiting.values())
         while todo:
             steps = self.policy.place_batch(self.book.groups, todo)
@@ -69,8 +69,8 @@ class PlacementDesk:
                 del self.waiting[step.job.job_id]
             if stuck is None:
                 break
-            blocked.append(stuck)
-            todo = [j for j in self.waiting.values() if j not in blocked]
+            blocked.add(stuck.job_id)
+            todo = [j for j in self.waiting.values() if j.job_id not in blocked]
         reasons = {
             j.job_id: admission.queue_reason(
                 self.book.groups,

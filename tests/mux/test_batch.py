@@ -1,6 +1,6 @@
 """Batch placement of jobs that arrive together: better plans, real ids, every check kept."""
 
-from roll_agentic.mux.batch import GroupAssessor, apply_batch, scratch_book, signature
+from roll_agentic.mux.batch import GroupAssessor, apply_batch, signature
 from roll_agentic.mux.group import GroupBook
 from roll_agentic.mux.placement import SLO_HEADROOM, RollMuxPolicy
 from roll_agentic.mux.profile import ClusterSpec, JobProfile
@@ -67,7 +67,7 @@ def test_a_plan_lands_on_the_real_books_ids():
     book.remove("j9")
     jobs = [prof(0, 0.72), prof(1, 0.70), prof(2, 0.30), prof(3, 0.28)]
     steps = RollMuxPolicy(SPEC).place_batch(book.groups, jobs)
-    scratch = scratch_book(book.groups, SPEC)
+    scratch = GroupBook.scratch(book.groups, SPEC)
     apply_batch(scratch, steps)
     apply_batch(book, steps)
     shape = lambda b: sorted(signature(g) for g in b.groups.values())  # noqa: E731
