@@ -3,7 +3,10 @@
 Wraps gymnasium's FrozenLake-v1 (non-slippery by default) so the dynamics are
 gymnasium's own; this class only renders the state as text and parses the
 reply. An unparseable reply is an invalid action: the turn is spent, the
-state does not change and `info["invalid_action"]` is set.
+state does not change and `info["invalid_action"]` is set. Every step's
+info also says how far the agent has come (`progress`: the share of the
+start's Manhattan distance to the goal covered, 0 once in a hole), which the
+shipped reward uses as a shaping term (rewards/frozenlake.py).
 """
 
 from __future__ import annotations
@@ -66,15 +69,27 @@ class FrozenLakeText(gym.Env):
             self._desc = generate_random_map(size=self.size, seed=seed)
         self._lake = gym.make("FrozenLake-v1", desc=self._desc, is_slippery=self.is_slippery)
         self._state, _ = self._lake.reset(seed=seed)
-        return self._grid_text(), {"success": False}
+        return self._grid_text(), {"success": False, "progress": 0.0}
 
     def step(self, action: str):
         move = parse_move(action)
         if move is None:
-            return self._grid_text(), 0.0, False, False, {"invalid_action": True, "success": False}
+            return self._grid_text(), 0.0, False, False, {"invalid_action": True, "success": False,
+                                                          "progress": self.progress()}
         self._state, reward, terminated, truncated, _ = self._lake.step(move)
         success = bool(terminated and reward > 0)
-        return self._grid_text(), float(reward), bool(terminated), bool(truncated), {"success": success}
+        return (self._grid_text(), float(reward), bool(terminated), bool(truncated),
+                {"success": success, "progress": self.progress()})
+
+    def progress(self) -> float:
+        """Share of the start's distance to the goal covered so far; 0 in a hole."""
+        cells = {ch: divmod(i, self.size) for i, ch in enumerate("".join(self._desc)) if ch in "SG"}
+        row, col = divmod(self._state, self.size)
+        if self._desc[row][col] == "H":
+            return 0.0
+        (sr, sc), (gr, gc) = cells["S"], cells["G"]
+        start = abs(gr - sr) + abs(gc - sc)
+        return 1.0 - (abs(gr - row) + abs(gc - col)) / start if start else 1.0
 
     def render(self) -> str:
         return self._grid_text()

@@ -1,19 +1,36 @@
-"""FrozenLake: 1 for reaching the goal, shaped by the share of well-formed replies.
+"""FrozenLake: reaching the goal, plus credit for getting closer to it.
 
-reward = (1 - p) * success + p * valid_fraction, with p the task's format
-penalty: success dominates (0.9 of the scale by default) while a policy that
-never writes a legal move still gets a gradient towards writing one.
-Summary keys used: success, num_turns, num_invalid, format_penalty.
+    reward = (1 - p - c) * success + c * progress + p * valid_fraction
+
+- success: the goal was reached within the turn limit;
+- progress: the share of the start's distance to the goal that the episode
+  covered by its end, 0 if it ended in a hole (the env reports it). Without
+  it, the only credit before a first success is the format term, which
+  walking into the hole with two clean moves or bumping into a wall for
+  every turn maxes out just as well; on-policy runs then sometimes learned
+  the format with no episode ever at the goal, every member of every group
+  scored alike and GRPO had no gradient left (its dead zone, seen in about
+  1 run of 6). This term ranks those episodes by how close they came. It
+  cannot be gamed apart from the task: its ceiling short of the goal is
+  c x 3/4, and the success term dominates;
+- valid_fraction: the share of turns with a parseable move (p: the task's
+  format penalty).
+Summary keys used: success, num_turns, num_invalid, format_penalty, info.progress.
 """
 
 import json
 
+PROGRESS_WEIGHT = 0.1
+
 
 def reward(summary: dict) -> float:
     p = float(summary.get("format_penalty", 0.1))
+    c = PROGRESS_WEIGHT
     turns = max(1, int(summary["num_turns"]))
     valid_fraction = 1.0 - int(summary["num_invalid"]) / turns
-    return (1.0 - p) * float(bool(summary["success"])) + p * valid_fraction
+    success = bool(summary["success"])
+    progress = 1.0 if success else min(1.0, max(0.0, float((summary.get("info") or {}).get("progress", 0.0))))
+    return (1.0 - p - c) * float(success) + c * progress + p * valid_fraction
 
 
 def handler(event, context):
