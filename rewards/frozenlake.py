@@ -11,8 +11,8 @@
   the format with no episode ever at the goal, every member of every group
   scored alike and GRPO had no gradient left (its dead zone, seen in about
   1 run of 6). This term ranks those episodes by how close they came. It
-  cannot be gamed apart from the task: its ceiling short of the goal is
-  c x 3/4, and the success term dominates;
+  cannot be gamed apart from the task: short of the goal it is worth at most
+  c x (1 - 1/start distance), 0.075 on the 3x3 map, and success dominates;
 - valid_fraction: the share of turns with a parseable move (p: the task's
   format penalty).
 Summary keys used: success, num_turns, num_invalid, format_penalty, info.progress.
@@ -29,8 +29,16 @@ def reward(summary: dict) -> float:
     turns = max(1, int(summary["num_turns"]))
     valid_fraction = 1.0 - int(summary["num_invalid"]) / turns
     success = bool(summary["success"])
-    progress = 1.0 if success else min(1.0, max(0.0, float((summary.get("info") or {}).get("progress", 0.0))))
+    progress = 1.0 if success else _progress(summary.get("info"))
     return (1.0 - p - c) * float(success) + c * progress + p * valid_fraction
+
+
+def _progress(info) -> float:
+    try:  # an env without the key (or a custom one with junk in it) earns no progress credit
+        value = float((info or {}).get("progress", 0.0))
+    except (TypeError, ValueError):
+        return 0.0
+    return min(1.0, max(0.0, value)) if value == value else 0.0
 
 
 def handler(event, context):

@@ -46,3 +46,9 @@ def test_the_env_reports_progress_and_a_hole_forfeits_it():
     env.reset(seed=0)
     assert env.step("right")[4]["progress"] == 0.25
     assert env.step("right")[4]["progress"] == 0.0  # (0,2) is the hole
+
+
+def test_junk_progress_earns_nothing_instead_of_failing():
+    for junk in ("far", None, float("nan"), [1]):
+        assert reward({**_summary(False, 4, 0, 0.0), "info": {"progress": junk}}) == pytest.approx(0.1)
+    assert reward(_summary(False, 4, 0, 7.0)) == pytest.approx(0.2)  # clipped to 1
