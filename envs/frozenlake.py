@@ -53,6 +53,8 @@ class FrozenLakeText(gym.Env):
         self._lake: Any = None
         self._desc: list[str] = FIXED_MAPS.get(size, [])
         self._state = 0
+        self._goal = 0
+        self._start_distance = 1
 
     def _grid_text(self) -> str:
         row, col = divmod(self._state, self.size)
@@ -69,6 +71,8 @@ class FrozenLakeText(gym.Env):
             self._desc = generate_random_map(size=self.size, seed=seed)
         self._lake = gym.make("FrozenLake-v1", desc=self._desc, is_slippery=self.is_slippery)
         self._state, _ = self._lake.reset(seed=seed)
+        self._goal = "".join(self._desc).index("G")  # once per map, not per step
+        self._start_distance = max(1, self._goal_distance(self._state))
         return self._grid_text(), {"success": False, "progress": 0.0}
 
     def step(self, action: str):
@@ -81,15 +85,17 @@ class FrozenLakeText(gym.Env):
         return (self._grid_text(), float(reward), bool(terminated), bool(truncated),
                 {"success": success, "progress": self.progress()})
 
+    def _goal_distance(self, state: int) -> int:
+        row, col = divmod(state, self.size)
+        goal_row, goal_col = divmod(self._goal, self.size)
+        return abs(goal_row - row) + abs(goal_col - col)
+
     def progress(self) -> float:
         """Share of the start's distance to the goal covered so far; 0 in a hole."""
-        cells = {ch: divmod(i, self.size) for i, ch in enumerate("".join(self._desc)) if ch in "SG"}
         row, col = divmod(self._state, self.size)
         if self._desc[row][col] == "H":
             return 0.0
-        (sr, sc), (gr, gc) = cells["S"], cells["G"]
-        start = abs(gr - sr) + abs(gc - sc)
-        return 1.0 - (abs(gr - row) + abs(gc - col)) / start if start else 1.0
+        return 1.0 - self._goal_distance(self._state) / self._start_distance
 
     def render(self) -> str:
         return self._grid_text()
