@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import sys
 
 BENCHMARKS = ["engine", "rollout", "serverless", "tail", "reliability"]
 
@@ -23,10 +25,37 @@ def add_parser(subparsers) -> None:
         module.add_parser(sub)
 
 
+def machine_facts() -> dict[str, int]:
+    """The CPUs this process may run on and the machine's: every figure depends on them."""
+    total = os.cpu_count() or 1
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else total
+    return {"cpus_usable": usable, "cpus_total": total}
+
+
+def print_result(result: dict) -> dict:
+    """Prints `result` with the machine facts added, as one JSON line; returns what it printed.
+
+    A process pinned to fewer CPUs than the machine has (a leftover `taskset`,
+    a container's cpuset) hands the restriction to every process it starts,
+    Ray's and vLLM's included: all of them then share those CPUs, and the
+    figures come out lower than the machine allows. That is said on stderr,
+    not only in the JSON.
+    """
+    facts = machine_facts()
+    if facts["cpus_usable"] < facts["cpus_total"]:
+        print(f"warning: this benchmark may use only {facts['cpus_usable']} of the machine's "
+              f"{facts['cpus_total']} CPUs (the CPU affinity it inherited), and so may every process it "
+              "starts; its figures will be lower than the machine allows. `taskset -p $$` shows a "
+              "shell's mask; `taskset -p -a <mask> <pid>` widens one.", file=sys.stderr)
+    out = {**result, **facts}
+    print(json.dumps(out))
+    return out
+
+
 def report(result: dict, json_only: bool) -> int:
     """A readable table unless --json, then the JSON object as the last line."""
     if not json_only:
         for k, v in result.items():
             print(f"{k:28s} {v}")
-    print(json.dumps(result))
+    print_result(result)
     return 0

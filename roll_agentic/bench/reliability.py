@@ -38,6 +38,7 @@ from collections import Counter
 from pathlib import Path
 
 from roll_agentic import faults
+from roll_agentic.bench.cli import print_result
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 GROUP_SIZE = 4
@@ -306,7 +307,7 @@ def _run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="roll-agentic-reliability-") as tmp:
         out = run_bench(Path(args.workdir or tmp), args.steps, args.ckpt_rounds, args.load_trajectories,
                         args.load_rounds, args.seed, log)
-    print(json.dumps(out))
+    out = print_result(out)
     good = (out["faults_survived"] == out["faults_injected"] and out["trajectories_lost"] == 0
             and out["checkpoint_corruptions_loaded"] == 0 and out["load_ok"])
     return 0 if good else 1

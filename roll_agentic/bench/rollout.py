@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -35,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from roll_agentic.bench.cli import print_result
 from roll_agentic.config import EngineConfig, RewardConfig, TaskConfig
 from roll_agentic.engine.protocol import SamplingParams
 
@@ -227,7 +227,7 @@ def _run(args: argparse.Namespace) -> int:
     fields = {k: getattr(args, k) for k in asdict(RolloutBenchConfig()) if hasattr(args, k)}
     out = run_bench(RolloutBenchConfig(**fields),
                     log=(lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr)))
-    print(json.dumps(out))
+    out = print_result(out)
     return 0 if out["sync"]["failures"] == 0 and out["async"]["failures"] == 0 else 1
 
 

@@ -33,6 +33,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from roll_agentic.bench.cli import print_result
 from roll_agentic.config import RewardConfig
 
 BUSY = "busy"  # serverless/samples/busy.py, deployed as <prefix>busy
@@ -194,7 +195,7 @@ def _run(args: argparse.Namespace) -> int:
     fields = {k: getattr(args, k) for k in asdict(BenchConfig()) if hasattr(args, k)}
     cfg = BenchConfig(**fields)
     out = run_bench(cfg, log=(lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr)))
-    print(json.dumps(out))
+    out = print_result(out)
     return 0 if out["reward_failures"] == 0 and out["rewards_match"] else 1
 
 
