@@ -104,6 +104,9 @@ class RolloutConfig:
     groups_in_flight: int = 4  # per worker: groups whose episodes run concurrently
     eta: float = 1.25  # tail batching: over-provisioning of prompts (groups) in a short round
     eta_responses: float = 1.0  # ... and of responses per prompt (the paper: = eta; see tail_batching.py)
+    # tail batching, several tasks: a long round also runs fresh prompts of the tasks its queued
+    # prompts leave short of their share, so no step trains one task alone (see tail_batching.py)
+    fill_long_rounds: bool = True
     env_step_timeout_s: float = 60.0
 
 

@@ -11,6 +11,17 @@ current weights only).
 For agentic tasks a prompt is a task instance (task, seed) and a response is
 one trajectory of it. The long queue is part of the checkpoint.
 
+Several tasks: the long queue holds the slow task's prompts, so a long round
+would train on that task alone. One-task steps cost the other tasks what
+they had learned: over six default runs (FrozenLake and guess-the-number),
+guess's reward moved by -0.017 on average across a step pair holding a
+FrozenLake-only long round, against +0.013 across a pair of short rounds.
+So a long round also runs fresh prompts of each task the queue leaves short
+of its weighted share of P0 (`fill_tasks`; `rollout.fill_long_rounds`, on by
+default; each task at least one prompt). They are kept like the queued ones (no over-provisioning), and
+being short they end inside the tail the round waits on anyway: the round
+costs no more wall time. One task alone: nothing to fill, the paper's round.
+
 The paper over-provisions both by the same eta. Over responses, the race
 keeps a group's *fastest* trajectories, and in multi-turn tasks speed is not
 neutral: on FrozenLake, falling into a hole ends an episode in two turns
@@ -26,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections import deque
+from collections import Counter, deque
 
 from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
 from roll_agentic.rollout.trajectory import Ticket, Trajectory
@@ -34,10 +45,12 @@ from roll_agentic.rollout.trajectory import Ticket, Trajectory
 
 class TailBatchingBuffer(TrajectoryBuffer):
     def __init__(self, tasks: list[TaskShare], groups_per_step: int, seed: int = 0, eta: float = 1.25,
-                 eta_responses: float | None = None):
+                 eta_responses: float | None = None, fill_tasks: bool = True):
         super().__init__(tasks, groups_per_step, alpha=0, seed=seed)
         self.eta = eta
         self.eta_responses = eta if eta_responses is None else eta_responses
+        self.fill_tasks = fill_tasks
+        self._round_target = groups_per_step  # groups the running round keeps before it closes
         self.long_queue: deque[tuple[str, int]] = deque()
         self.round_id = -1
         self.round_kind = ""
@@ -50,7 +63,7 @@ class TailBatchingBuffer(TrajectoryBuffer):
         self._closed: dict[int, asyncio.Event] = {}
         self._done_groups: set[str] = set()
         self.tail = {"rounds_short": 0, "rounds_long": 0, "aborted_prompts": 0, "aborted_responses": 0,
-                     "extra_responses": 0}
+                     "extra_responses": 0, "fill_prompts": 0}
         self._start_round()
 
     # -- rounds -----------------------------------------------------------------------------
@@ -61,11 +74,14 @@ class TailBatchingBuffer(TrajectoryBuffer):
         self._round_done = 0
         self._round_groups = set()
         self._closed[self.round_id] = asyncio.Event()
+        self._round_target = p0
         if len(self.long_queue) >= p0:
             self.round_kind = "long"
             self.tail["rounds_long"] += 1
-            for _ in range(p0):
-                task, seed = self.long_queue.popleft()
+            prompts = [self.long_queue.popleft() for _ in range(p0)]
+            fill = self._fill_prompts(Counter(task for task, _ in prompts)) if self.fill_tasks else []
+            self._round_target = p0 + len(fill)
+            for task, seed in prompts + fill:
                 r0 = self._group_size[task]
                 self._round_tickets.append(Ticket("", task, seed, r0, self.state.version, r0, self.round_id))
         else:
@@ -81,6 +97,15 @@ class TailBatchingBuffer(TrajectoryBuffer):
                 self._round_tickets.append(Ticket("", task, seed, math.ceil(self.eta_responses * r0), self.state.version,
                                                   r0, self.round_id))
 
+    def _fill_prompts(self, queued: Counter) -> list[tuple[str, int]]:
+        """Fresh prompts that bring each task up to its weighted share of P0 (at least one)."""
+        total = sum(t.weight for t in self.tasks)
+        fill = []
+        for t in self.tasks:
+            share = max(1, round(self.groups_per_step * t.weight / total))
+            fill += [(t.name, self.rng.randrange(2**31)) for _ in range(share - queued[t.name])]
+        return fill
+
     def _close_round(self) -> None:
         for gid in list(self._round_groups):  # still running: abort and queue as long prompts
             ticket = self._tickets.pop(gid)
@@ -91,6 +116,7 @@ class TailBatchingBuffer(TrajectoryBuffer):
         self._round_groups.clear()
         self._round_tickets.clear()
         self.closed_round_kind = self.round_kind
+        self.tail["fill_prompts"] += self._round_target - self.groups_per_step  # counted once trained
         self._closed[self.round_id].set()
 
     async def wait_round_closed(self, round_id: int) -> None:
@@ -139,7 +165,7 @@ class TailBatchingBuffer(TrajectoryBuffer):
         self._done_groups.add(traj.group_id)
         self.counters.groups_completed += 1
         self._round_done += 1
-        if self._round_done >= self.groups_per_step:
+        if self._round_done >= self._round_target:
             self._close_round()
 
     async def put_many(self, trajs: list[Trajectory]) -> None:
@@ -159,7 +185,9 @@ class TailBatchingBuffer(TrajectoryBuffer):
             self._cond.notify_all()
 
     async def get_batch(self, num_groups: int, version: int) -> list[list[Trajectory]]:
+        """The round's groups: `num_groups` (P0), or more when a long round was filled."""
         async with self._cond:
+            num_groups = max(num_groups, self._round_target)
             await self._cond.wait_for(lambda: self._stopped or len(self._ready) >= num_groups)
             batch = [self._ready.popleft() for _ in range(min(num_groups, len(self._ready)))]
             self.counters.trajectories_trained += sum(len(g) for g in batch)

@@ -136,7 +136,8 @@ class TrainingJob:
             from roll_agentic.rollout.tail_batching import TailBatchingBuffer
 
             self.buffer = ray.remote(num_cpus=0)(TailBatchingBuffer).remote(
-                shares, cfg.algo.groups_per_step, cfg.trainer.seed, cfg.rollout.eta, cfg.rollout.eta_responses)
+                shares, cfg.algo.groups_per_step, cfg.trainer.seed, cfg.rollout.eta, cfg.rollout.eta_responses,
+                cfg.rollout.fill_long_rounds)
         else:
             self.buffer = ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
                 shares, cfg.algo.groups_per_step, cfg.algo.alpha, cfg.trainer.seed)
@@ -197,11 +198,14 @@ class TrainingJob:
         held: list = []
         streamed_s = 0.0
         closed = False
-        while len(groups) < p0:
+        # Until the round closes: P0 groups, or more in a long round filled with other tasks' prompts.
+        while not closed:
             new, closed = ray.get(self.buffer.take_ready.remote(self.version))
+            if not new and not closed:
+                raise RuntimeError("the trajectory buffer stopped in the middle of a round")
             groups += new
             held += new
-            if len(groups) >= math.ceil(STREAM_FROM * p0) and len(groups) < p0:
+            if len(groups) >= math.ceil(STREAM_FROM * p0) and not closed:
                 t = time.perf_counter()
                 self.trainer.accumulate(samples_from_groups(held, self.cfg.algo.adv_eps))
                 streamed_s += time.perf_counter() - t

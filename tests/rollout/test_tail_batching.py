@@ -109,3 +109,46 @@ def test_responses_have_their_own_overprovisioning():
         paper = TailBatchingBuffer([TaskShare("a", 1.0, 8)], groups_per_step=4, eta=1.25)  # the paper: both 1.25
         assert all(t.group_size == 10 and t.keep == 8 for t in await _drain_tickets(paper))
     asyncio.run(main())
+
+
+async def _to_long_round(buf, slow: str, step: int = 1) -> list:
+    """Short rounds where every `slow` prompt loses the race, until a long round opens; its tickets."""
+    p0 = buf.groups_per_step
+    while buf.round_kind != "long":
+        tickets = await _drain_tickets(buf)
+        winners = sorted(tickets, key=lambda t: t.task == slow)[:p0]  # the fast task's prompts finish first
+        for t in winners:
+            await buf.put_many([_traj(t, i) for i in range(t.keep)])
+        await buf.get_batch(p0, 0)
+        await buf.advance(step)
+        step += 1
+    return await _drain_tickets(buf)
+
+
+def test_a_long_round_also_runs_the_tasks_its_queue_lacks():
+    async def main():
+        shares = [TaskShare("slow", 1.0, 2), TaskShare("fast", 1.0, 2)]
+        buf = TailBatchingBuffer(shares, groups_per_step=4, eta=2.0, eta_responses=1.0)
+        tickets = await _to_long_round(buf, "slow")
+        queued = [t for t in tickets if t.task == "slow"]
+        fill = [t for t in tickets if t.task == "fast"]
+        assert len(queued) == 4 and len(fill) == 2  # fast's share of P0 = 4 x 1/2
+        assert all(t.group_size == t.keep == 2 for t in tickets)  # kept whole, like the queued prompts
+        for t in tickets[:-1]:
+            await buf.put_many([_traj(t, i) for i in range(2)])
+        assert not buf._closed[buf.round_id].is_set()  # the round waits for its fill prompts too
+        await buf.put_many([_traj(tickets[-1], i) for i in range(2)])
+        batch = await buf.get_batch(4, 0)
+        assert len(batch) == 6 and {g[0].task for g in batch} == {"slow", "fast"}
+        assert buf.metrics()["tail/fill_prompts"] == 2.0
+    asyncio.run(main())
+
+
+def test_fill_is_off_on_request_and_has_nothing_to_do_for_one_task():
+    async def main():
+        shares = [TaskShare("slow", 1.0, 2), TaskShare("fast", 1.0, 2)]
+        off = TailBatchingBuffer(shares, groups_per_step=4, eta=2.0, eta_responses=1.0, fill_tasks=False)
+        assert [t.task for t in await _to_long_round(off, "slow")] == ["slow"] * 4
+        one = TailBatchingBuffer([TaskShare("a", 1.0, 2)], groups_per_step=2, eta=1.5)
+        assert len(await _to_long_round(one, "a")) == 2 and one.tail["fill_prompts"] == 0
+    asyncio.run(main())

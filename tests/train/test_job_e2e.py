@@ -52,8 +52,13 @@ def test_tail_batching_mode_streams_gradients_on_policy(tmp_path, tiny_model_pat
     TrainingJob(_cfg(tmp_path, "rollout.mode=tail_batching", "algo.alpha=0", "trainer.total_steps=3")).run()
     rows = [json.loads(line) for line in (tmp_path / "e2e" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
+    filled = 0.0
     for r in rows:
         assert r["rollout/staleness_max"] == 0  # every sample from the weights it trains
         assert r["train/logprob_diff"] < 1e-3
         assert r["tail/rounds_short"] + r["tail/rounds_long"] >= r["step"]
-        assert r["train/samples"] == 2 * 4  # P0 groups x R0 responses, nothing more
+        fill, filled = r["tail/fill_prompts"] - filled, r["tail/fill_prompts"]
+        # P0 groups (and a long round's fill prompts) x R0 responses, nothing more
+        assert r["train/samples"] == (2 + fill) * 4
+        if r["tail/round_is_long"]:  # P0 = 2 defers a prompt per short round: step 3 is long
+            assert r["reward/frozenlake/mean"] is not None and r["reward/guess/mean"] is not None
