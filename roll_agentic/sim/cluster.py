@@ -133,6 +133,11 @@ class SimResult:
         alloc = sum(self.node_gpu_s(spec).values())
         return sum(self.busy_gpu_s.values()) / alloc if alloc > 0 else 0.0
 
+    def pool_utilization(self, spec: ClusterSpec) -> dict[str, float | None]:
+        """Busy share of the allocated GPU time, per pool (where the idle time sits); None: none allocated."""
+        alloc = self.node_gpu_s(spec)
+        return {p: self.busy_gpu_s[p] / a if a > 0 else None for p, a in alloc.items()}
+
     @property
     def slo_attainment(self) -> float:
         return sum(j.attained for j in self.jobs) / len(self.jobs) if self.jobs else 1.0

@@ -69,6 +69,10 @@ def summarize(results: dict[str, SimResult], spec: ClusterSpec) -> dict:
         "cost_per_hour": {n: round(c, 1) for n, c in cost.items()},
         "slo_attainment": {n: round(r.slo_attainment, 4) for n, r in results.items()},
         "utilization": {n: round(r.utilization(spec), 4) for n, r in results.items()},
+        "utilization_by_pool": {
+            n: {p: None if u is None else round(u, 4) for p, u in r.pool_utilization(spec).items()}
+            for n, r in results.items()
+        },
         "mean_slowdown": {
             n: round(float(np.mean([j.slowdown for j in r.jobs])), 4) for n, r in results.items()
         },

@@ -67,12 +67,19 @@ def test_horizon_stops_the_clock_and_charges_nodes_until_then():
 
 def test_compare_on_a_small_trace_orders_policies_sensibly():
     trace = generate_trace(3, WorkloadSpec(n_jobs=40, span_days=3.0, h_min=12, h_max=36))
-    doc, _ = compare(trace, SPEC)
+    doc, results = compare(trace, SPEC)
     cost = doc["cost_per_hour"]
     assert cost["rollmux"] < cost["solo"]
     assert doc["slo_attainment"]["rollmux"] == 1.0
     assert doc["slo_attainment"]["greedy"] < 1.0
     assert set(doc["utilization"]) == set(cost)
+    for name, result in results.items():
+        # Per pool, busy over allocated; weighted by each pool's GPU time they make the whole.
+        pools, alloc = doc["utilization_by_pool"][name], result.node_gpu_s(SPEC)
+        assert set(pools) == {"rollout", "train"}
+        assert all(0.0 <= u <= 1.0 if alloc[p] else u is None for p, u in pools.items())  # colocated: no rollout
+        whole = sum((pools[p] or 0.0) * alloc[p] for p in pools) / sum(alloc.values())
+        assert whole == pytest.approx(doc["utilization"][name], abs=1e-3)
     # No placement pays less than the busy GPU time of the work itself.
     assert doc["work_floor_per_hour"] <= cost["rollmux"]
     assert doc["rollmux_saving"]["solo"] <= doc["max_saving_vs_solo"]
