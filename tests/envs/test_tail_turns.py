@@ -37,3 +37,12 @@ def test_step_latency_makes_each_step_wait():
     assert time.perf_counter() - t >= 0.05
     with pytest.raises(ValueError, match="step_latency_s must be >= 0"):
         TailTurnsEnv(step_latency_s=-1)
+
+
+def test_a_prompts_responses_are_numbered_by_seed_whichever_instance_plays_them():
+    # Pooled env instances play a group's episodes in any order: the lengths must not depend on it.
+    a, b = TailTurnsEnv(prompt_sigma=1.0, response_sigma=1.8), TailTurnsEnv(prompt_sigma=1.0, response_sigma=1.8)
+    seed = 987_654_321  # not reset anywhere else in this process
+    turns = [env.reset(seed=seed)[1]["turns"] for env in (a, b, b, a)]
+    assert turns == [a.draw_turns(seed, r) for r in range(4)]
+    assert a.reset(seed=seed, options={"response": 1})[1]["turns"] == a.draw_turns(seed, 1)  # explicit wins
