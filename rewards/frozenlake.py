@@ -36,7 +36,7 @@ def reward(summary: dict) -> float:
 def _progress(info) -> float:
     try:  # an env without the key (or a custom one with junk in it) earns no progress credit
         value = float((info or {}).get("progress", 0.0))
-    except (TypeError, ValueError):
+    except (AttributeError, TypeError, ValueError):  # AttributeError: info that is not a dict
         return 0.0
     return min(1.0, max(0.0, value)) if value == value else 0.0
 

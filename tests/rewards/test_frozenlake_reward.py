@@ -52,3 +52,4 @@ def test_junk_progress_earns_nothing_instead_of_failing():
     for junk in ("far", None, float("nan"), [1]):
         assert reward({**_summary(False, 4, 0, 0.0), "info": {"progress": junk}}) == pytest.approx(0.1)
     assert reward(_summary(False, 4, 0, 7.0)) == pytest.approx(0.2)  # clipped to 1
+    assert reward({**_summary(False, 4, 0, 0.0), "info": ["not", "a", "dict"]}) == pytest.approx(0.1)
