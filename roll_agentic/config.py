@@ -107,6 +107,10 @@ class RolloutConfig:
     # tail batching, several tasks: a long round also runs fresh prompts of the tasks its queued
     # prompts leave short of their share, so no step trains one task alone (see tail_batching.py)
     fill_long_rounds: bool = True
+    # async mode: when the staleness bound lets no more groups start, workers take the
+    # next step's tickets anyway, reset their envs and build the first prompts while the
+    # trainer trains; generation still waits for the step (rollout/buffer.py)
+    prepare_next_step: bool = True
     env_step_timeout_s: float = 60.0
 
 

@@ -28,7 +28,7 @@ def run(backend: str, episodes: int, max_tokens: int, group_size: int, workers: 
 
     from envs.single_turn import SingleTurnPrompt
     from roll_agentic.cluster import init_ray
-    from roll_agentic.config import EngineConfig, RayConfig, RewardConfig, TaskConfig
+    from roll_agentic.config import EngineConfig, RayConfig, RewardConfig, RolloutConfig, TaskConfig
     from roll_agentic.engine.factory import resolve_backend
     from roll_agentic.engine.host import engine_actor_class
     from roll_agentic.engine.protocol import SamplingParams
@@ -48,8 +48,11 @@ def run(backend: str, episodes: int, max_tokens: int, group_size: int, workers: 
         ray.get(engine.ping.remote())
         groups = episodes // group_size
         router = ray.remote(num_cpus=0)(Router).remote([("default", "any")], {"single": "default"})
+        # As training runs it (its default): the next step's envs are reset and its
+        # prompts built before the step opens; the timer starts when it opens.
         buffer = ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
-            [TaskShare("single", 1.0, group_size)], groups, 0, 0)
+            [TaskShare("single", 1.0, group_size)], groups, 0, 0,
+            prepare_ahead=RolloutConfig().prepare_next_step)
         actors = [ray.remote(num_cpus=0)(RolloutWorker).remote(
             i, [task], model_path, [engine], router, buffer, 0, 1.0, 1.0, 2048, RewardConfig(mode="local"), "",
             max(1, groups // workers), 60.0) for i in range(workers)]

@@ -35,6 +35,9 @@ class Ticket:
     issued_version: int
     keep: int = 0  # tail batching: the group is done after its first `keep` good episodes (0 = all)
     round_id: int = -1  # tail batching: the round the group belongs to
+    # Prepared ahead (buffer.py): the group may reset its envs now, but generates only
+    # once the buffer has taken this many steps (0 = at once).
+    opens_at_step: int = 0
 
 
 def json_scalars(info: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +78,7 @@ class Trajectory:
     env_info: dict[str, Any] = field(default_factory=dict)  # the last step's info: JSON scalars only
     reward: float | None = None
     reward_info: dict[str, Any] = field(default_factory=dict)
-    status: str = "running"  # running | ok | reward_failed | env_failed | engine_failed
+    status: str = "running"  # running | ok | reward_failed | env_failed | engine_failed | cancelled
     error: str = ""
     restarts: int = 0
     llm_s: float = 0.0

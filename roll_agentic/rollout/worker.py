@@ -41,6 +41,10 @@ class Stale(Exception):
     pass
 
 
+class BufferStopped(Exception):
+    """The buffer stopped before a held group's step opened: the group never starts."""
+
+
 class RolloutWorker:
     def __init__(self, worker_id: int, tasks: list[TaskConfig], model_path: str, engines: list[Any],
                  router: Any, buffer: Any, alpha: int, temperature: float, top_p: float,
@@ -69,6 +73,9 @@ class RolloutWorker:
         self._env_executor: ElasticExecutor | None = None  # made on first use, in the actor's loop
         self._stop = False
         self._watched: dict[int, asyncio.Task] = {}  # engines this worker waits on to come back
+        self._open_step = 0  # the buffer has taken at least this many steps (held tickets, buffer.py)
+        self._opened_version = 0  # the weight version it served when that step opened
+        self._step_waits: dict[int, asyncio.Future] = {}  # step -> its opening, shared by held episodes
         self.in_flight = 0
         self.counters = {"stale_restarts": 0, "engine_failures": 0, "env_failures": 0, "episodes": 0,
                          "aborted_episodes": 0}
@@ -76,20 +83,23 @@ class RolloutWorker:
 
     # -- lifecycle -------------------------------------------------------------------------
     async def run(self) -> dict:
-        running: set[asyncio.Task] = set()
+        running: dict[asyncio.Task, Ticket] = {}
         while not self._stop:
-            done = {g for g in running if g.done()}
-            for g in done:
+            for g in [g for g in running if g.done()]:
                 g.result()  # a group's own error is the worker's, as it always was
-            running -= done
-            if len(running) >= self.groups_in_flight:
+                del running[g]
+            # A held group (its step not open yet) has reset its envs and waits: it
+            # takes no slot, or the group that must finish before its step opens
+            # could find every slot taken. The buffer holds at most one step's worth.
+            busy = sum(1 for t in running.values() if t.opens_at_step <= self._open_step)
+            if busy >= self.groups_in_flight:
                 await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 continue
             # One call for every free slot: a new step's burst of groups starts at once.
-            tickets = await self.buffer.next_tickets.remote(self.groups_in_flight - len(running))
+            tickets = await self.buffer.next_tickets.remote(self.groups_in_flight - busy)
             if tickets is None:
                 break
-            running |= {asyncio.ensure_future(self._run_group(t)) for t in tickets}
+            running.update({asyncio.ensure_future(self._run_group(t)): t for t in tickets})
         await asyncio.gather(*running)
         if self._env_executor is not None:
             self._env_executor.close()  # idle threads end; one stuck in a hung env call stays (daemon)
@@ -98,6 +108,34 @@ class RolloutWorker:
 
     async def stop(self) -> None:
         self._stop = True
+        for fut in self._step_waits.values():  # held groups: their step will never open
+            if not fut.done():
+                fut.set_result(None)
+
+    async def _step_opened(self, step: int) -> int:
+        """Waits until the buffer opens `step`; the weight version it then serves.
+        One buffer call per step, whichever of the worker's held episodes asks first."""
+        if self._open_step >= step:
+            return self._opened_version
+        fut = self._step_waits.get(step)
+        if fut is None:
+            fut = self._step_waits[step] = asyncio.get_running_loop().create_future()
+            asyncio.ensure_future(self._wait_step(step, fut))
+        version = await asyncio.shield(fut)  # a cancelled episode must not cancel the others' wait
+        if version is None:
+            raise BufferStopped(f"the buffer stopped before step {step} opened")
+        if step > self._open_step:
+            self._open_step, self._opened_version = step, version
+        self._step_waits.pop(step, None)
+        return version
+
+    async def _wait_step(self, step: int, fut: asyncio.Future) -> None:
+        try:
+            version = await self.buffer.wait_step.remote(step)
+        except Exception:  # noqa: BLE001 - the buffer is gone: as good as stopped
+            version = None
+        if not fut.done():
+            fut.set_result(version)
 
     def stats(self) -> dict:
         return dict(self.counters, in_flight=self.in_flight,
@@ -195,6 +233,9 @@ class RolloutWorker:
                 except Stale:
                     self.counters["stale_restarts"] += 1
                     error = "stale"
+                except BufferStopped as err:
+                    error = str(err)
+                    break
                 except EnvFailure as err:
                     self.counters["env_failures"] += 1
                     error = str(err)
@@ -203,8 +244,10 @@ class RolloutWorker:
                     error = f"{type(err).__name__}: {err}"
                     await asyncio.sleep(ENGINE_RETRY_S * 2**attempt)  # a restarting engine needs seconds
             if traj is None:
+                status = ("cancelled" if error.startswith("the buffer stopped")
+                          else "env_failed" if "env call" in error else "engine_failed")
                 traj = Trajectory(traj_id, ticket.group_id, task.name, ticket.seed, ticket.issued_version,
-                                  status="env_failed" if "env call" in error else "engine_failed", error=error)
+                                  status=status, error=error)
             else:
                 await self._reward(task, traj)
         finally:
@@ -280,6 +323,7 @@ class RolloutWorker:
                           max_turns=task.max_turns, format_penalty=task.format_penalty, restarts=attempt)
         traj.env_s += env_s
         first = True
+        opened_version = ticket.issued_version
         for turn in range(task.max_turns):
             text = task.prompt_template.format(observation=obs) if first and task.prompt_template else obs
             first = False
@@ -290,6 +334,10 @@ class RolloutWorker:
                                                                  conv.logprobs[:before])
                 traj.truncated = True  # the context is full: end the episode, keep what it did
                 break
+            if turn == 0 and ticket.opens_at_step:
+                # A held ticket: envs reset and first prompt built while the trainer
+                # trained; the request leaves the moment the step opens.
+                opened_version = await self._step_opened(ticket.opens_at_step)
             engine_index = await engine_for(len(conv.token_ids))
             t = time.perf_counter()
             request_id = f"{traj_id}-a{attempt}-t{turn}"
@@ -326,8 +374,8 @@ class RolloutWorker:
         traj.success = bool(info.get("success", traj.terminated and traj.env_return > 0))
         traj.env_info = json_scalars(info)
         traj.token_ids, traj.loss_mask, traj.logprobs = conv.token_ids, conv.loss_mask, conv.logprobs
-        if traj.start_version < 0:
-            traj.start_version = ticket.issued_version
+        if traj.start_version < 0:  # nothing was generated
+            traj.start_version = max(ticket.issued_version, opened_version)
         return traj
 
     async def _reward(self, task: TaskConfig, traj: Trajectory) -> None:

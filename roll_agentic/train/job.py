@@ -140,7 +140,8 @@ class TrainingJob:
                 cfg.rollout.fill_long_rounds)
         else:
             self.buffer = ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
-                shares, cfg.algo.groups_per_step, cfg.algo.alpha, cfg.trainer.seed)
+                shares, cfg.algo.groups_per_step, cfg.algo.alpha, cfg.trainer.seed,
+                prepare_ahead=cfg.rollout.prepare_next_step)
         self.trainer = make_trainer(self.model_path, cfg)
         self.publisher = WeightPublisher(self.engines, self.run_name)
         self._maybe_resume()

@@ -45,6 +45,22 @@ def test_a_burst_is_few_calls_and_each_request_gets_its_own_result(engine):
     assert all(len(r.logprobs) == len(r.token_ids) and r.finish_reason == "length" for r in results)
 
 
+def test_results_finishing_close_together_share_a_message(engine):
+    async def main(linger_s):
+        client = BatchingEngineClient(engine, result_linger_s=linger_s)
+        # The hf engine batches requests of equal temperature: four temperatures are
+        # four batches, run one after another, so four moments of finishing.
+        results = await asyncio.gather(*(
+            client.generate([1, 2, 3 + i], SamplingParams(max_tokens=3, temperature=1.0 - 0.1 * (i % 4)),
+                            f"linger{linger_s}-{i}")
+            for i in range(16)))
+        assert all(len(r.token_ids) == 3 for r in results)
+        return client.messages
+
+    assert asyncio.run(main(0.0)) >= 2  # each moment its own message
+    assert asyncio.run(main(5.0)) == 1  # all finished within the linger: one message, not a 5 s wait
+
+
 def test_one_bad_request_fails_alone(engine):
     async def main():
         client = BatchingEngineClient(engine)

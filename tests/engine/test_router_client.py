@@ -61,7 +61,7 @@ def test_releases_are_batched_and_free_the_engines():
         await asyncio.gather(*(client.assign("t", f"e{i}") for i in range(8)))
         for i in range(8):
             client.release(f"e{i}")
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.3)
         return router
 
     router = asyncio.run(main())
@@ -91,11 +91,11 @@ def test_with_one_engine_assignments_need_no_round_trip_and_the_router_still_cou
         t0 = loop.time()
         indices = await asyncio.gather(*(client.assign("t", f"e{i}", 10) for i in range(5)))
         answered_in = loop.time() - t0
-        await asyncio.sleep(0.05)  # the told assignments arrive
+        await asyncio.sleep(0.3)  # the told assignments arrive (after their linger)
         active_mid = router.inner.table.engines[0].active
         for i in range(5):
             client.release(f"e{i}")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
         return router, client, indices, answered_in, active_mid
 
     router, client, indices, answered_in, active_mid = asyncio.run(main())
@@ -111,3 +111,21 @@ def test_a_release_told_in_the_same_batch_as_its_assignment_comes_after_it():
     assert router.table.engines[0].active == 0 and "e0" not in router.table.sticky
     router.mark_dead(0)
     router.notify_many([("assign", "t", "e1", 3)])  # no live engine: nothing to count, nothing raised
+
+
+def test_notes_of_episodes_ending_a_few_at_a_time_share_calls():
+    async def main():
+        router = SlowRouter(engines=1)
+        client = CoalescingRouterClient(LocalHandle(router), only_engine=0, note_linger_s=0.05)
+        await asyncio.gather(*(client.assign("t", f"e{i}", 10) for i in range(16)))
+        for i in range(16):  # episodes end two at a time, 5 ms apart
+            client.release(f"e{i}")
+            if i % 2:
+                await asyncio.sleep(0.005)
+        await asyncio.sleep(0.3)
+        return router
+
+    router = asyncio.run(main())
+    assert sum(router.notes) == 32  # every assignment and release arrived, in order
+    assert len(router.notes) <= 3  # not one call per pair of endings
+    assert router.inner.table.engines[0].active == 0

@@ -103,3 +103,36 @@ def test_next_tickets_hands_out_up_to_n_within_the_staleness_bound():
         else:
             raise AssertionError("next_tickets(0) was accepted")
     asyncio.run(main())
+
+
+def test_prepare_ahead_hands_out_the_next_step_held_and_opens_it_on_advance():
+    async def main():
+        buf = TrajectoryBuffer([TaskShare("a", 1.0, 2)], groups_per_step=2, alpha=0, prepare_ahead=True)
+        tickets = await buf.next_tickets(5)
+        # The step's own groups start at once; then one step's worth, held.
+        assert [t.opens_at_step for t in tickets] == [0, 0, 1, 1]
+        now = tickets[:2]
+        beyond = asyncio.ensure_future(buf.next_tickets(5))
+        opened = asyncio.ensure_future(buf.wait_step(1))
+        await asyncio.sleep(0.05)
+        assert not beyond.done() and not opened.done()  # no more than one step ahead; still closed
+        for tk in now:
+            for i in range(2):
+                await buf.put(_traj(tk, i, 0, reward=float(i)))
+        assert len(await buf.get_batch(2, version=0)) == 2
+        await buf.advance(1)
+        assert await asyncio.wait_for(opened, 1) == 1  # the version the opened step is served at
+        assert [t.opens_at_step for t in await asyncio.wait_for(beyond, 1)] == [2, 2]  # step 2's, held
+        assert await buf.wait_step(1) == 1  # an open step answers at once
+        late = asyncio.ensure_future(buf.wait_step(5))
+        await buf.stop()
+        assert await asyncio.wait_for(late, 1) is None  # stopped: it never opens
+    asyncio.run(main())
+
+
+def test_without_prepare_ahead_no_ticket_is_held():
+    async def main():
+        buf = TrajectoryBuffer([TaskShare("a", 1.0, 2)], groups_per_step=2, alpha=1)
+        tickets = await buf.next_tickets(10)
+        assert len(tickets) == 4 and all(t.opens_at_step == 0 for t in tickets)  # alpha = 1: two steps, open
+    asyncio.run(main())

@@ -33,12 +33,22 @@ class SlowCounter(gym.Env):
         pass
 
 
-def _setup(model_path, alpha, delay, group_size=2):
-    task = TaskConfig(name="count", env_id="tests.rollout.test_worker:SlowCounter",
+RESETS: list[int] = []  # seeds reset by CountedResets, in order
+
+
+class CountedResets(SlowCounter):
+    def reset(self, *, seed=None, options=None):
+        RESETS.append(seed)
+        return super().reset(seed=seed, options=options)
+
+
+def _setup(model_path, alpha, delay, group_size=2, env="SlowCounter", prepare_ahead=False):
+    task = TaskConfig(name="count", env_id=f"tests.rollout.test_worker:{env}",
                       env_kwargs={"delay": delay}, max_turns=5, reward="env_return", group_size=group_size,
                       max_new_tokens=4)
     engine = EngineHost("hf", model_path, EngineConfig(), seed=0)
-    buffer = TrajectoryBuffer([TaskShare("count", 1.0, group_size)], groups_per_step=1, alpha=alpha)
+    buffer = TrajectoryBuffer([TaskShare("count", 1.0, group_size)], groups_per_step=1, alpha=alpha,
+                              prepare_ahead=prepare_ahead)
     router = Router([("default", "cpu")], {"count": "default"})
     worker = RolloutWorker(0, [task], model_path, [LocalHandle(engine)], LocalHandle(router), LocalHandle(buffer),
                            alpha, 1.0, 1.0, 1024, RewardConfig(mode="local"), "", 1, 30.0)
@@ -106,3 +116,33 @@ def test_an_env_step_past_its_timeout_fails_the_episode_not_the_worker(tiny_mode
     # Without the timeout every attempt would simply finish after 3 s: no failure at all.
     assert counters["env_failures"] >= 4  # each attempt cut at 0.2 s, then retried
     assert metrics["buffer/trajectories_failed"] >= 1  # out of retries: the episode failed, the worker went on
+
+
+def test_a_held_group_resets_its_envs_before_its_step_and_generates_only_after(tiny_model_path):
+    async def main():
+        engine, buffer, worker = _setup(tiny_model_path, alpha=0, delay=0.0, env="CountedResets",
+                                        prepare_ahead=True)
+        RESETS.clear()
+        run = asyncio.ensure_future(worker.run())
+        [first] = await asyncio.wait_for(buffer.get_batch(1, version=0), 60)
+        await asyncio.sleep(0.3)  # the trainer "trains": step 1 is not open yet
+        requests_before = engine.per_task["count"]["requests"]
+        held_resets = len(RESETS) - 2
+        await asyncio.sleep(0.3)
+        quiet = engine.per_task["count"]["requests"] == requests_before  # no generation for a closed step
+        await buffer.advance(1)
+        # The engine still serves version 0 (nothing was loaded): train "at" version 0.
+        [second] = await asyncio.wait_for(buffer.get_batch(1, version=0), 60)
+        await asyncio.sleep(0.3)
+        await buffer.stop()  # step 2's held group never opens: it must not hold the worker up
+        await worker.stop()
+        await asyncio.wait_for(run, 30)
+        return first, second, held_resets, quiet, requests_before
+
+    first, second, held_resets, quiet, requests_before = asyncio.run(main())
+    assert held_resets == 2 and quiet  # step 1's two envs were reset during the "training"
+    assert requests_before == 6  # step 0: two episodes, three turns each
+    assert {t.seed for t in second} == {RESETS[2]}  # step 1 played the prompt reset ahead
+    for traj in first + second:
+        assert traj.status == "ok" and traj.num_turns == 3
+    assert all(traj.start_version == 0 for traj in second)  # the hf engine's weights never changed
