@@ -12,7 +12,9 @@ shared 2-core machine single rounds vary by 10-30 %, and the best is each
 side's speed when nothing else got in its way. `median_framework_vs_raw` (the
 medians' ratio) is printed beside it; the framework's rounds vary more (its
 workers, buffer and router share the cores with the engine), which the
-median counts against it.
+median counts against it. `paired_median_framework_vs_raw` is the median of each
+framework round over the raw round measured right after it: the machine's speed
+drifts over minutes, and a pair shares its moment.
 """
 
 from __future__ import annotations
@@ -93,7 +95,9 @@ def run(backend: str, episodes: int, max_tokens: int, group_size: int, workers: 
                 "framework_tokens_per_s": round(best_f, 1), "raw_engine_tokens_per_s": round(best_r, 1),
                 "framework_runs": [round(x, 1) for x in framework], "raw_runs": [round(x, 1) for x in raw],
                 "framework_vs_raw_engine": round(best_f / best_r, 3),
-                "median_framework_vs_raw": round(statistics.median(framework) / statistics.median(raw), 3)}
+                "median_framework_vs_raw": round(statistics.median(framework) / statistics.median(raw), 3),
+                "paired_median_framework_vs_raw": round(statistics.median(
+                    f / r for f, r in zip(framework, raw, strict=True)), 3)}
     finally:
         if started:
             ray.shutdown()

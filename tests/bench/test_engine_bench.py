@@ -13,3 +13,5 @@ def test_engine_bench_measures_both_sides_in_one_run(tiny_model_path):
     assert all(x > 0 for x in out["framework_runs"] + out["raw_runs"])
     assert out["framework_vs_raw_engine"] == pytest.approx(max(out["framework_runs"]) / max(out["raw_runs"]), abs=2e-3)
     assert out["median_framework_vs_raw"] > 0
+    pairs = sorted(f / r for f, r in zip(out["framework_runs"], out["raw_runs"], strict=True))
+    assert out["paired_median_framework_vs_raw"] == pytest.approx((pairs[0] + pairs[1]) / 2, abs=2e-3)
