@@ -7,9 +7,10 @@ steps ahead of the trainer, and a group holding a trajectory begun more than
 alpha weight versions before the step that would train on it is dropped and
 its ticket re-issued. alpha = 0 is therefore synchronous on-policy training.
 
-With `prepare_ahead`, once the bound lets no more groups start, the next
-step's tickets are still handed out, marked `opens_at_step`: a worker resets
-their environments and builds their first prompts while the trainer trains,
+With `prepare_ahead`, once the bound lets no more groups start and the open
+groups are done, the next step's tickets are still handed out, marked
+`opens_at_step`: a worker resets their environments and builds their first
+prompts while the trainer trains,
 and sends the requests the moment the step opens (`wait_step`). No token is
 generated before its step, so the bound holds; what moves out of the step is
 env start-up. Measured in `bench engine` (2 cores): the requests of a new step
@@ -134,7 +135,12 @@ class TrajectoryBuffer:
             return tickets
 
     def _can_issue(self) -> bool:
-        return self._quota() > 0 or (self.prepare_ahead and self._quota() + self.groups_per_step > 0)
+        if self._quota() > 0:
+            return True
+        # Held tickets only once the open groups are done (the trainer's turn): handed
+        # out as a step opens, their resets took the CPU its first requests needed.
+        return (self.prepare_ahead and self._quota() + self.groups_per_step > 0
+                and all(t.opens_at_step > self.state.steps_taken for t in self._tickets.values()))
 
     def _issue(self) -> Ticket:
         held = self._quota() <= 0  # only prepare_ahead issues past the quota: one step's worth

@@ -108,25 +108,27 @@ def test_next_tickets_hands_out_up_to_n_within_the_staleness_bound():
 def test_prepare_ahead_hands_out_the_next_step_held_and_opens_it_on_advance():
     async def main():
         buf = TrajectoryBuffer([TaskShare("a", 1.0, 2)], groups_per_step=2, alpha=0, prepare_ahead=True)
-        tickets = await buf.next_tickets(5)
-        # The step's own groups start at once; then one step's worth, held.
-        assert [t.opens_at_step for t in tickets] == [0, 0, 1, 1]
-        now = tickets[:2]
+        now = await buf.next_tickets(5)
+        assert [t.opens_at_step for t in now] == [0, 0]  # the step's own groups start at once
+        held = asyncio.ensure_future(buf.next_tickets(5))
+        await asyncio.sleep(0.05)
+        assert not held.done()  # nothing is held out while the step's own groups still run
+        for tk in now:
+            for i in range(2):
+                await buf.put(_traj(tk, i, 0, reward=float(i)))
+        assert [t.opens_at_step for t in await asyncio.wait_for(held, 1)] == [1, 1]  # one step's worth
         beyond = asyncio.ensure_future(buf.next_tickets(5))
         opened = asyncio.ensure_future(buf.wait_step(1))
         await asyncio.sleep(0.05)
         assert not beyond.done() and not opened.done()  # no more than one step ahead; still closed
-        for tk in now:
-            for i in range(2):
-                await buf.put(_traj(tk, i, 0, reward=float(i)))
         assert len(await buf.get_batch(2, version=0)) == 2
         await buf.advance(1)
         assert await asyncio.wait_for(opened, 1) == 1  # the version the opened step is served at
-        assert [t.opens_at_step for t in await asyncio.wait_for(beyond, 1)] == [2, 2]  # step 2's, held
         assert await buf.wait_step(1) == 1  # an open step answers at once
         late = asyncio.ensure_future(buf.wait_step(5))
         await buf.stop()
         assert await asyncio.wait_for(late, 1) is None  # stopped: it never opens
+        assert await asyncio.wait_for(beyond, 1) is None
     asyncio.run(main())
 
 
