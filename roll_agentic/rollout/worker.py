@@ -224,7 +224,7 @@ class RolloutWorker:
         self.in_flight += 1
         t0 = time.perf_counter()
         traj: Trajectory | None = None
-        error = ""
+        error, cancelled = "", False
         try:
             for attempt in range(MAX_RESTARTS + 1):
                 try:
@@ -234,7 +234,7 @@ class RolloutWorker:
                     self.counters["stale_restarts"] += 1
                     error = "stale"
                 except BufferStopped as err:
-                    error = str(err)
+                    error, cancelled = str(err), True
                     break
                 except EnvFailure as err:
                     self.counters["env_failures"] += 1
@@ -244,8 +244,7 @@ class RolloutWorker:
                     error = f"{type(err).__name__}: {err}"
                     await asyncio.sleep(ENGINE_RETRY_S * 2**attempt)  # a restarting engine needs seconds
             if traj is None:
-                status = ("cancelled" if error.startswith("the buffer stopped")
-                          else "env_failed" if "env call" in error else "engine_failed")
+                status = "cancelled" if cancelled else "env_failed" if "env call" in error else "engine_failed"
                 traj = Trajectory(traj_id, ticket.group_id, task.name, ticket.seed, ticket.issued_version,
                                   status=status, error=error)
             else:
