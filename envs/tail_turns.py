@@ -55,14 +55,15 @@ class TailTurnsEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        response = (options or {}).get("response")
-        if response is None and seed is not None:
+        options = options or {}
+        if "response" in options:
+            response = int(options["response"])
+        elif seed is None:  # no prompt to number responses of: this instance's own count
+            response = self._resets
+        else:
             response = _RESETS_OF_SEED[int(seed)]
             _RESETS_OF_SEED[int(seed)] += 1
-        elif response is None:
-            response = self._resets
         self._resets += 1
-        response = int(response)
         self.turns = self.draw_turns(int(seed or 0), response)
         self.t = self.valid = 0
         return "Step 1. Say a digit.", {"turns": self.turns}
