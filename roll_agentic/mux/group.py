@@ -108,7 +108,7 @@ def group_cycle_and_load(group: Group, spec: ClusterSpec) -> tuple[float, float]
         t = planned(group.times(job_id, spec), group.members[job_id])
         cycle = max(cycle, t.iter_s)
         for nid in pin.nodes_for(Pool.ROLLOUT):
-            load[nid] = load.get(nid, 0.0) + t.roll_s + spec.warm_switch_s
+            load[nid] = load.get(nid, 0.0) + t.roll_node_s + spec.warm_switch_s
         for nid in pin.train_nodes:
             load[nid] = load.get(nid, 0.0) + t.train_s + spec.warm_switch_s
     return cycle, max(load.values(), default=0.0)

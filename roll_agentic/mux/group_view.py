@@ -46,7 +46,7 @@ def view_of(group: Group, spec: ClusterSpec, rate: float | None = None) -> Group
     load = {nid: 0.0 for nid in group.nodes}
     for m in plans:
         for n in m.rollout_nodes:
-            load[n] += m.times.roll_s + spec.warm_switch_s
+            load[n] += m.times.roll_node_s + spec.warm_switch_s
         for n in m.train_nodes:
             load[n] += m.times.train_s + spec.warm_switch_s
     cycle = max(m.times.iter_s for m in plans)

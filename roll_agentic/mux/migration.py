@@ -8,9 +8,14 @@ in the group's round robin, instead of idling through the tail.
 Model: response decode time is proportional to its length; lengths are
 long-tailed (lognormal, capped at the max token limit). This module only
 plans: when to trigger, how many GPUs the stragglers keep, how long the
-tail lasts there, and how much earlier the next rollout can finish. The
-simulator does not apply migration yet (its rollout nodes are whole-node
-gangs); `tail_gain` is what a real multiplexer would use to decide.
+tail lasts there, and how much earlier the next rollout can finish.
+
+The simulator and the plans apply it as a fluid model (`tail_hold`): a
+rollout holds its nodes whole until the trigger, then the stragglers'
+share of them until its end; the next rollout queued on those nodes
+starts once that GPU time is spent. Starting on the freed GPUs at their
+share of the speed, it ends no later than that (`tail_gain`: earlier
+when it is shorter than the tail), so the model errs on the slow side.
 """
 
 from __future__ import annotations
@@ -77,3 +82,35 @@ def lognormal_finish_times(
     """Finish times of `n` responses with long-tailed lengths, capped."""
     rng = np.random.default_rng(seed)
     return np.minimum(cap_s, median_s * np.exp(sigma * rng.standard_normal(n)))
+
+
+def tail_hold(
+    gpus: int,
+    tp: int = 1,
+    sigma: float = 1.1,
+    n_responses: int = 1024,
+    cap_over_median: float = 33.0,
+    done_fraction: float = 0.8,
+    draws: int = 4,
+    seed: int = 0,
+) -> float:
+    """Share of a rollout phase for which migration holds its GPUs (fluid).
+
+    Response lengths are lognormal(`sigma`) with the median at
+    1/`cap_over_median` of the token cap; a response finishes at a time
+    proportional to its length (decode-bound, every response in flight from
+    the start), and the phase lasts as long as its longest response. The
+    phase holds all `gpus` until `done_fraction` are done, then
+    `straggler_gpus` until the end: (trigger + keep/gpus x tail) / length,
+    averaged over `draws` batches. 1.0 when nothing can be freed.
+    """
+    rng = np.random.default_rng(seed)
+    shares = []
+    for _ in range(draws):
+        finish = np.minimum(cap_over_median, np.exp(sigma * rng.standard_normal(n_responses)))
+        plan = plan_migration(finish, gpus, done_fraction, tp, overhead_s=0.0)
+        if plan is None:
+            return 1.0
+        longest = plan.trigger_s + plan.tail_s
+        shares.append((plan.trigger_s + plan.straggler_gpus / gpus * plan.tail_s) / longest)
+    return float(np.mean(shares))

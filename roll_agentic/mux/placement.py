@@ -85,7 +85,7 @@ def node_loads(group: Group, spec: ClusterSpec) -> dict[int, float]:
     for job_id, pin in group.pinning.items():
         t = planned(group.times(job_id, spec), group.members[job_id])
         for nid in pin.nodes_for(Pool.ROLLOUT):
-            load[nid] += t.roll_s
+            load[nid] += t.roll_node_s
         for nid in pin.train_nodes:
             load[nid] += t.train_s
     return load
@@ -281,7 +281,7 @@ class RollMuxPolicy(RoundRobinPhases):
         switch = spec.warm_switch_s
         # Any pinning has the job's own node counts: one plan serves all.
         t = planned(phase_times(job, job.n_rollout, job.n_train, False, spec), job)
-        roll_add, train_add = t.roll_s + switch, t.train_s + switch
+        roll_add, train_add = t.roll_node_s + switch, t.train_s + switch
         job_budget = job.slo * job.planned_iter_s / (1.0 + self.headroom)
         price_r, price_t = spec.price(Pool.ROLLOUT), spec.price(Pool.TRAIN)
         # Training nodes a candidate may open: none in the paper's kinds.

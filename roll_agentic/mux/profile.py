@@ -73,6 +73,12 @@ class ClusterSpec:
     warm_switch_s: float = 135.0 / 71.5
     cold_switch_s: float = 135.0
     scale_efficiency: float = 0.9
+    # Long-tail migration (`migration.py`): once most of a rollout's
+    # responses are done its stragglers move onto a few GPUs and the rest
+    # start the next rollout queued on those nodes. Plans and the simulator
+    # then hold a job's rollout nodes for `JobProfile.tail_hold` of its
+    # phase. Off by default: the real multiplexer does not migrate yet.
+    migration: bool = False
 
     def node_class(self, pool: Pool) -> NodeClass:
         return self.rollout if pool is Pool.ROLLOUT else self.train
@@ -101,6 +107,9 @@ class JobProfile:
     # Typical phase length as a fraction of the worst case (1.0: plan on it).
     roll_typical: float = 1.0
     train_typical: float = 1.0
+    # With migration: the share of a rollout phase for which its nodes are
+    # held whole, stragglers' GPUs counted pro rata (`migration.tail_hold`).
+    tail_hold: float = 1.0
 
     @property
     def solo_iter_s(self) -> float:
@@ -129,6 +138,13 @@ class PhaseTimes:
     roll_s: float
     train_s: float
     sync_s: float
+    # How long the rollout holds its nodes before the next job's rollout
+    # may start on them (< roll_s with long-tail migration); None: roll_s.
+    roll_hold_s: float | None = None
+
+    @property
+    def roll_node_s(self) -> float:
+        return self.roll_s if self.roll_hold_s is None else self.roll_hold_s
 
     @property
     def iter_s(self) -> float:
@@ -151,13 +167,18 @@ def phase_times(
             train_s=_scaled(job.train_s, job.n_train, n_train, eff),
             sync_s=job.local_sync_s,
         )
+    roll_s = _scaled(job.roll_s, job.n_rollout, n_rollout, eff)
     return PhaseTimes(
-        roll_s=_scaled(job.roll_s, job.n_rollout, n_rollout, eff),
+        roll_s=roll_s,
         train_s=_scaled(job.train_s, job.n_train, n_train, eff),
         sync_s=job.sync_s,
+        roll_hold_s=roll_s * job.tail_hold if spec.migration and job.tail_hold < 1.0 else None,
     )
 
 
 def planned(times: PhaseTimes, job: JobProfile) -> PhaseTimes:
     """Worst-case phase times scaled to their typical lengths (what plans run on)."""
-    return PhaseTimes(times.roll_s * job.roll_typical, times.train_s * job.train_typical, times.sync_s)
+    hold = None if times.roll_hold_s is None else times.roll_hold_s * job.roll_typical
+    return PhaseTimes(
+        times.roll_s * job.roll_typical, times.train_s * job.train_typical, times.sync_s, hold
+    )

@@ -136,7 +136,15 @@ def evaluate_round_robin(
     ready = [0.0] * len(members)  # when each member's next rollout may start
     ends: list[list[float]] = [[] for _ in members]
     phases = [
-        (2 * j, roll_nodes[j], m.times.roll_s, 2 * j + 1, train_nodes[j], m.times.train_s)
+        (
+            2 * j,
+            roll_nodes[j],
+            m.times.roll_s,
+            m.times.roll_node_s,
+            2 * j + 1,
+            train_nodes[j],
+            m.times.train_s,
+        )
         for j, m in enumerate(members)
     ]
     syncs = [m.times.sync_s for m in members]
@@ -144,17 +152,19 @@ def evaluate_round_robin(
         # The rollout and training halves below are the same step written out
         # twice, inline: this loop runs inside every SLO check (bar: 2,000
         # placements in under 1 s of scheduler time).
-        for j, (r_ph, r_ns, r_dur, t_ph, t_ns, t_dur) in enumerate(phases):
+        for j, (r_ph, r_ns, r_dur, r_hold, t_ph, t_ns, t_dur) in enumerate(phases):
             start, switch = ready[j], 0.0
             for n in r_ns:
                 if free[n] > start:
                     start = free[n]
                 if last[n] != r_ph and last[n] != -1:
                     switch = switch_s
-            end = start + switch + r_dur
+            # With migration the nodes pass to the next rollout before the
+            # stragglers finish (`roll_hold_s`); the job's training waits for all.
+            released = start + switch + r_hold
             for n in r_ns:
-                free[n], last[n] = end, r_ph
-            start, switch = end, 0.0
+                free[n], last[n] = released, r_ph
+            start, switch = start + switch + r_dur, 0.0
             for n in t_ns:
                 if free[n] > start:
                     start = free[n]
@@ -180,10 +190,15 @@ def _evaluate_by_events(
     index: dict[int, int] = {}
     phase_nodes: list[list[int]] = []
     phase_dur: list[float] = []
+    phase_hold: list[float] = []  # how long a phase holds its nodes (migration: < its length)
     for m in members:
-        for ids, dur in ((m.rollout_nodes, m.times.roll_s), (m.train_nodes, m.times.train_s)):
+        for ids, dur, hold in (
+            (m.rollout_nodes, m.times.roll_s, m.times.roll_node_s),
+            (m.train_nodes, m.times.train_s, m.times.train_s),
+        ):
             phase_nodes.append([index.setdefault(n, len(index)) for n in ids])
             phase_dur.append(dur)
+            phase_hold.append(min(hold, dur))
     n_nodes = len(index)
     # served[n][j]: (phases member j started on node n, j): its next key there.
     served: list[dict[int, tuple[int, int]]] = [{} for _ in range(n_nodes)]
@@ -193,7 +208,10 @@ def _evaluate_by_events(
     busy = [False] * n_nodes
     last = [-1] * n_nodes
     pending = [-1] * len(members)  # each member's phase waiting for its nodes
-    events: list[tuple[float, int, int]] = []  # (time, seq, phase or -1-j for a sync end)
+    # (time, seq, what): a phase's end, -1-j a sync end of member j, or
+    # RELEASE + phase: its nodes pass on before it ends (migration).
+    events: list[tuple[float, int, int]] = []
+    release = 2 * len(members)
     ends: list[list[float]] = [[] for _ in members]
     seq = 0
 
@@ -213,6 +231,9 @@ def _evaluate_by_events(
                 switch = switch_s
         seq += 1
         heapq.heappush(events, (now + switch + phase_dur[ph], seq, ph))
+        if phase_hold[ph] < phase_dur[ph]:
+            seq += 1
+            heapq.heappush(events, (now + switch + phase_hold[ph], seq, release + ph))
 
     def enqueue(ph: int, now: float) -> None:
         pending[ph // 2] = ph
@@ -225,17 +246,24 @@ def _evaluate_by_events(
         if ph < 0:  # sync ended: the member's next rollout queues
             enqueue(2 * (-1 - ph), now)
             continue
-        j = ph // 2
-        for n in phase_nodes[ph]:
-            busy[n] = False
-            last[n] = ph
-        if ph % 2 == 0:
-            enqueue(ph + 1, now)
-        else:
-            ends[j].append(now)
-            if len(ends[j]) < meta_iterations:
-                seq += 1
-                heapq.heappush(events, (now + members[j].times.sync_s, seq, -1 - j))
+        passing = ph >= release  # nodes pass on before the phase ends (migration)
+        ph %= release
+        early = phase_hold[ph] < phase_dur[ph]
+        if passing or not early:
+            for n in phase_nodes[ph]:
+                busy[n] = False
+                last[n] = ph
+        if not passing:  # the phase ended: its job moves on
+            j = ph // 2
+            if ph % 2 == 0:
+                enqueue(ph + 1, now)
+            else:
+                ends[j].append(now)
+                if len(ends[j]) < meta_iterations:
+                    seq += 1
+                    heapq.heappush(events, (now + members[j].times.sync_s, seq, -1 - j))
+            if early:
+                continue  # its nodes were handed on already
         for n in phase_nodes[ph]:
             waiting = pending[node_turn(served[n])]
             if waiting >= 0 and not busy[n]:

@@ -34,7 +34,9 @@ def _compare(args: argparse.Namespace) -> int:
         trace = generate_trace(args.seed, WorkloadSpec(n_jobs=args.jobs, arrival=args.arrival))
     if args.save_trace:
         trace.save(args.save_trace)
-    doc, results = compare(trace, record=bool(args.plot), rehome=args.rehome)
+    doc, results = compare(
+        trace, record=bool(args.plot), rehome=args.rehome, migration=not args.no_migration
+    )
     if args.plot:
         from roll_agentic.sim.plots import write_plots
 
@@ -69,6 +71,7 @@ def _optimality(args: argparse.Namespace) -> int:
         share_any=args.share_any,
         rehome=args.rehome,
         batch=not args.one_by_one,
+        migration=not args.no_migration,
     )
     rows = [f"{'#':>3} {'jobs':>4} {'rollmux/optimal':>16} {'rollmux SLO':>12}"]
     for i, r in enumerate(doc["per_instance"]):
@@ -80,7 +83,7 @@ def _optimality(args: argparse.Namespace) -> int:
 def _scale(args: argparse.Namespace) -> int:
     from roll_agentic.sim.compare import scale
 
-    doc = scale(args.jobs, args.seed, rehome=args.rehome)
+    doc = scale(args.jobs, args.seed, rehome=args.rehome, migration=not args.no_migration)
     rows = [f"{k}: {v}" for k, v in doc.items()]
     return _emit(args, doc, rows)
 
@@ -121,6 +124,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             action="store_true",
             help="let RollMux move any job (not only lone ones) to a group where it costs less, "
             "between its iterations (beyond the paper; costs scheduler time)",
+        )
+        p.add_argument(
+            "--no-migration",
+            action="store_true",
+            help="turn off long-tail migration (on by default: a rollout's stragglers move onto "
+            "a few GPUs and the next rollout queued on its nodes starts on the rest)",
         )
 
     p = sub.add_parser("compare", help="all policies on one trace")

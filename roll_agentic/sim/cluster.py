@@ -17,6 +17,11 @@ What it models (and what it does not):
   per-iteration factors (distributions in `trace`: long-tailed rollout,
   training that scales with generated tokens). Factors come from the
   job's own seed, so all policies see the same work.
+- Long-tail migration (when `spec.migration`): a rollout hands its nodes
+  to the next rollout queued on them after `JobProfile.tail_hold` of its
+  length (its stragglers keep a few GPUs, counted pro rata: a fluid
+  model, `mux/migration.py`); the job's training still waits for its
+  last response. Busy GPU time counts the held share only.
 - A node that starts a phase of another job or kind than its previous one
   pays a warm switch if its resident states fit its host memory, else a
   cold one. Sync holds no GPU (weights go through host memory).
@@ -156,6 +161,7 @@ class _JobRt:
     seen_with: tuple[str, ...] = ()  # its group's members when it last tried
     content_with: tuple[str, ...] = ()  # members with which no move could pay (rehome)
     pending: PhaseSpec | None = None  # queued, waiting for its turn or its nodes
+    handed_on: bool = False  # its running rollout already passed its nodes on (migration)
 
 
 @dataclass
@@ -213,6 +219,8 @@ class ClusterSimulator:
                 self._arrive(batch, now)
             elif ev.type is EventType.SYNC_END:
                 self._job_iteration_end(ev.job_id, now)
+            elif ev.type is EventType.RELEASE:
+                self._free_nodes(ev.job_id, PhaseKind.ROLLOUT, now)
             else:
                 assert ev.kind is not None
                 self._phase_end(ev.job_id, ev.kind, now)
@@ -322,12 +330,24 @@ class ClusterSimulator:
 
     def _phase_end(self, job_id: str, kind: PhaseKind, now: float) -> None:
         rt = self._jobs[job_id]
+        if kind is PhaseKind.ROLLOUT and rt.handed_on:  # its nodes serve another job now
+            rt.handed_on = False
+            self._enqueue(job_id, kind, now)
+            return
+        freed = self._free_nodes(job_id, kind, None)
+        self._enqueue(job_id, kind, now)
+        self._kick(freed, now)
+
+    def _free_nodes(self, job_id: str, kind: PhaseKind, kick_at: float | None) -> tuple[int, ...]:
+        """Mark the nodes of a job's phase free; start what waits on them if `kick_at`."""
+        rt = self._jobs[job_id]
         pin = self._book.groups[rt.group_id].pinning[job_id]
         freed = pin.nodes_for(Pool.ROLLOUT) if kind is PhaseKind.ROLLOUT else pin.train_nodes
         for nid in freed:
             self._nodes[nid].busy = False
-        self._enqueue(job_id, kind, now)
-        self._kick(freed, now)
+        if kick_at is not None:
+            self._kick(freed, kick_at)
+        return freed
 
     def _job_iteration_end(self, job_id: str, now: float) -> None:
         rt = self._jobs[job_id]
@@ -417,19 +437,25 @@ class ClusterSimulator:
         i = rt.iters_done
         if ph.kind is PhaseKind.ROLLOUT:
             dur = times.roll_s * float(rt.roll_f[i])
+            # Migration: the tail's share of this phase's own length.
+            held = now + switch + dur * times.roll_node_s / times.roll_s
         else:
             dur = times.train_s * float(rt.train_f[i])
+            held = now + switch + dur
         end = now + switch + dur
+        rt.handed_on = held < end
         for n in nodes:
-            self._busy[n.node.pool.value] += (end - now) * self.spec.node_class(
+            self._busy[n.node.pool.value] += (held - now) * self.spec.node_class(
                 n.node.pool
             ).gpus_per_node
             if self.record_phases:
                 self._phases.append(
                     PhaseRecord(
-                        n.node.node_id, n.node.pool.value, ph.job_id, ph.kind.value, now, end
+                        n.node.node_id, n.node.pool.value, ph.job_id, ph.kind.value, now, held
                     )
                 )
+        if rt.handed_on:
+            self._events.push(held, EventType.RELEASE, ph.job_id, ph.kind)
         self._events.push(end, EventType.PHASE_END, ph.job_id, ph.kind)
 
     def _outcome(self, rt: _JobRt) -> JobOutcome:

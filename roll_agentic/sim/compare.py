@@ -84,7 +84,8 @@ def summarize(results: dict[str, SimResult], spec: ClusterSpec) -> dict:
     if "solo" in results:
         # The floor for any disaggregated placement: the solo run's busy GPU
         # seconds (rollout on rollout-class, training on training-class GPUs,
-        # switches excluded) at their prices. No packing can pay less than
+        # switches excluded; with migration, a rollout's tail counts only the
+        # stragglers' GPUs) at their prices. No packing can pay less than
         # the work itself, so solo / floor caps every policy's saving.
         floor = (
             sum(
@@ -103,11 +104,16 @@ def summarize(results: dict[str, SimResult], spec: ClusterSpec) -> dict:
 
 
 def compare(
-    trace: Trace, spec: ClusterSpec | None = None, record: bool = False, rehome: bool = False
+    trace: Trace,
+    spec: ClusterSpec | None = None,
+    record: bool = False,
+    rehome: bool = False,
+    migration: bool = True,
 ):
-    spec = spec or ClusterSpec()
+    spec = spec or ClusterSpec(migration=migration)
     results = run_policies(trace, spec, record=record, rehome=rehome)
     out = summarize(results, spec)
+    out["migration"] = spec.migration
     out["jobs"] = len(trace.jobs)
     out["seed"] = trace.seed
     out["arrival"] = trace.workload.arrival
@@ -134,6 +140,7 @@ def optimality(
     share_any: bool = False,
     rehome: bool = False,
     batch: bool = True,
+    migration: bool = True,
 ) -> dict:
     """RollMux versus the brute-force optimum on small static instances.
 
@@ -150,7 +157,7 @@ def optimality(
     order, which the search keeps as given); `batch=False` places them one
     by one in arrival order, as the paper's online rule does.
     """
-    spec = spec or ClusterSpec()
+    spec = spec or ClusterSpec(migration=migration)
     rng = np.random.default_rng(seed)
     ratios: list[float] = []
     slo: list[float] = []
@@ -206,15 +213,20 @@ def optimality(
         "rollmux_candidates": "share_any" if share_any else ("paper+share_any" if batch else "paper"),
         "rehome": rehome,
         "batch": batch,
+        "migration": spec.migration,
         "per_instance": rows,
     }
 
 
 def scale(
-    n_jobs: int = 2000, seed: int = 0, spec: ClusterSpec | None = None, rehome: bool = False
+    n_jobs: int = 2000,
+    seed: int = 0,
+    spec: ClusterSpec | None = None,
+    rehome: bool = False,
+    migration: bool = True,
 ) -> dict:
     """Scheduler CPU time to place every job of an `n_jobs` trace (RollMux), regrouping included."""
-    spec = spec or ClusterSpec()
+    spec = spec or ClusterSpec(migration=migration)
     wl = WorkloadSpec(n_jobs=n_jobs, span_days=14.0 * n_jobs / 200)
     trace = generate_trace(seed, wl)
     t0 = time.perf_counter()
@@ -230,5 +242,6 @@ def scale(
         "regroup_time_s": round(result.regroup_time_s, 4),
         "moves": result.moves,
         "slo_attainment": round(result.slo_attainment, 4),
+        "migration": spec.migration,
         "simulation_wall_s": round(time.perf_counter() - t0, 2),
     }

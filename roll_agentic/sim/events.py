@@ -13,6 +13,7 @@ class EventType(StrEnum):
     ARRIVE = "arrive"  # a trace job arrives and is placed
     PHASE_END = "phase_end"  # a rollout or training phase releases its nodes
     SYNC_END = "sync_end"  # weights reached the rollout side: next rollout may queue
+    RELEASE = "release"  # a rollout's stragglers migrated: its nodes pass on before it ends
 
 
 @dataclass(order=True)

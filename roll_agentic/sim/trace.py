@@ -13,6 +13,12 @@ jobs with 4k-32k max lengths):
   (`link_gb_s`) plus a fixed handshake; local resharding is faster.
 - SLO ~ U(1, 2). A job's length is its solo running time ~ U(h_min, h_max)
   hours, rounded to whole iterations.
+- Long tails (for migration): a step's 1,024 responses have lognormal
+  lengths with sigma ~ U(1.0, 1.2), so the longest is 25-32x the median
+  (RollPacker's measurement); `mux.migration.tail_hold` turns that into
+  the share of the rollout its GPUs are held (~0.32), with tensor-parallel
+  groups of 1, 2 and 4 GPUs for the three sizes. Drawn from a stream of
+  their own: the other fields are those of traces made before.
 - Arrivals: Poisson over `span_days`, or Philly-like bursts (gamma
   inter-arrival times with shape 0.25: same mean rate, clumped).
 - Per-iteration phase-length factors are drawn by the simulator from each
@@ -32,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from roll_agentic.mux.migration import tail_hold
 from roll_agentic.mux.profile import JobProfile
 
 SIZES = {  # name: (params in billions, rollout nodes, training nodes)
@@ -39,6 +46,7 @@ SIZES = {  # name: (params in billions, rollout nodes, training nodes)
     "medium": (14.0, 2, 1),
     "large": (32.0, 4, 2),
 }
+ROLLOUT_TP = {"small": 1, "medium": 2, "large": 4}  # GPUs per inference engine
 KINDS = {  # name: range of the rollout share of a worst-case iteration
     "balanced": (0.42, 0.58),
     "rollout_heavy": (0.62, 0.80),
@@ -83,6 +91,8 @@ class WorkloadSpec:
     size_weights: tuple[float, float, float] = (0.4, 0.35, 0.25)
     kind_weights: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)
     slo_range: tuple[float, float] = (1.0, 2.0)
+    tail_sigma_range: tuple[float, float] = (1.0, 1.2)
+    responses_per_step: int = 1024
 
 
 @dataclass
@@ -112,8 +122,9 @@ class Trace:
     def load(cls, path: str | Path) -> Trace:
         doc = json.loads(Path(path).read_text())
         wl = doc["workload"]
-        for key in ("size_weights", "kind_weights", "slo_range"):
-            wl[key] = tuple(wl[key])
+        for key in ("size_weights", "kind_weights", "slo_range", "tail_sigma_range"):
+            if key in wl:
+                wl[key] = tuple(wl[key])
         jobs = [
             TraceJob(j["arrival_s"], j["n_iters"], j["seed"], JobProfile(**j["profile"]))
             for j in doc["jobs"]
@@ -122,7 +133,12 @@ class Trace:
 
 
 def make_profile(
-    job_id: str, kind: str, size: str, rng: np.random.Generator, wl: WorkloadSpec
+    job_id: str,
+    kind: str,
+    size: str,
+    rng: np.random.Generator,
+    wl: WorkloadSpec,
+    tail_rng: np.random.Generator | None = None,
 ) -> JobProfile:
     params_b, n_r, n_t = SIZES[size]
     lo, hi = KINDS[kind]
@@ -130,6 +146,15 @@ def make_profile(
     length = rng.uniform(wl.l_min_s, wl.l_max_s)
     sync = 2.0 * params_b / wl.link_gb_s + wl.sync_fixed_s
     roll_typical, train_typical = typical_fractions()
+    hold = 1.0
+    if tail_rng is not None:
+        hold = tail_hold(
+            8 * n_r,
+            ROLLOUT_TP[size],
+            sigma=tail_rng.uniform(*wl.tail_sigma_range),
+            n_responses=wl.responses_per_step,
+            seed=int(tail_rng.integers(2**31)),
+        )
     return JobProfile(
         job_id=job_id,
         kind=kind,
@@ -148,12 +173,14 @@ def make_profile(
         colo_roll_speed=round(rng.uniform(0.85, 1.25), 3),
         roll_typical=round(roll_typical, 4),
         train_typical=round(train_typical, 4),
+        tail_hold=round(hold, 4),
     )
 
 
 def generate_trace(seed: int = 0, workload: WorkloadSpec | None = None) -> Trace:
     wl = workload or WorkloadSpec()
     rng = np.random.default_rng(seed)
+    tail_rng = np.random.default_rng((seed, 1))  # its own stream: other fields stay as they were
     mean_gap = wl.span_days * 86400.0 / wl.n_jobs
     if wl.arrival == "poisson":
         gaps = rng.exponential(mean_gap, wl.n_jobs)
@@ -168,7 +195,7 @@ def generate_trace(seed: int = 0, workload: WorkloadSpec | None = None) -> Trace
     for i, t in enumerate(arrivals):
         size = sizes[rng.choice(3, p=np.asarray(wl.size_weights) / sum(wl.size_weights))]
         kind = kinds[rng.choice(3, p=np.asarray(wl.kind_weights) / sum(wl.kind_weights))]
-        prof = make_profile(f"j{i:04d}", kind, size, rng, wl)
+        prof = make_profile(f"j{i:04d}", kind, size, rng, wl, tail_rng)
         hours = rng.uniform(wl.h_min, wl.h_max)
         n_iters = max(2, round(hours * 3600.0 / prof.solo_iter_s))
         trace.jobs.append(TraceJob(float(t), int(n_iters), int(rng.integers(2**31)), prof))

@@ -93,12 +93,14 @@ def gang_groups(draw):
     n_roll, n_train = draw(st.integers(1, 5)), draw(st.integers(1, 3))
     members = []
     for _ in range(draw(st.integers(1, 5))):
-        roll = draw(st.sets(st.integers(0, n_roll - 1), min_size=1))
+        roll_ids = draw(st.sets(st.integers(0, n_roll - 1), min_size=1))
         train = draw(st.sets(st.integers(100, 100 + n_train - 1), min_size=1))
-        times = PhaseTimes(
-            draw(st.floats(50, 2000)), draw(st.floats(50, 2000)), draw(st.floats(0, 30))
-        )
-        members.append(MemberPlan(times, tuple(sorted(roll)), tuple(sorted(train))))
+        roll = draw(st.floats(50, 2000))
+        # Long-tail migration: the nodes may pass on before the rollout ends.
+        share = draw(st.one_of(st.none(), st.floats(0.2, 1.0)))
+        hold = None if share is None else share * roll
+        times = PhaseTimes(roll, draw(st.floats(50, 2000)), draw(st.floats(0, 30)), hold)
+        members.append(MemberPlan(times, tuple(sorted(roll_ids)), tuple(sorted(train))))
     return members
 
 
@@ -115,3 +117,16 @@ def test_colocated_member_is_run_by_events():
     colo = MemberPlan(PhaseTimes(300, 400, 5), (7,), (7,))
     other = MemberPlan(PhaseTimes(200, 100, 5), (1,), (7,))
     assert evaluate_round_robin([colo, other]) == _evaluate_by_events([colo, other], 12, 0.0)
+
+
+def test_migration_hands_the_rollout_node_on_before_the_tail_ends():
+    # Two 700 s rollouts on one node: back to back they stretch the cycle
+    # to 1400 s; with the stragglers moved off after 30 % of the GPU time,
+    # the node is free for the other job's rollout and each runs as alone.
+    def pair(hold):
+        return [MemberPlan(PhaseTimes(700, 300, 0, hold), (0,), (i + 1,)) for i in range(2)]
+
+    assert min(evaluate_round_robin(pair(None))) >= 1400 - 1e-6
+    migrated = evaluate_round_robin(pair(210.0))
+    assert migrated == [1000.0, 1000.0]  # the training still waits for the last response
+    assert migrated == _evaluate_by_events(pair(210.0), 12, 0.0)

@@ -77,7 +77,9 @@ def test_compare_on_a_small_trace_orders_policies_sensibly():
         # Per pool, busy over allocated; weighted by each pool's GPU time they make the whole.
         pools, alloc = doc["utilization_by_pool"][name], result.node_gpu_s(SPEC)
         assert set(pools) == {"rollout", "train"}
-        assert all(0.0 <= u <= 1.0 if alloc[p] else u is None for p, u in pools.items())  # colocated: no rollout
+        assert all(
+            0.0 <= u <= 1.0 if alloc[p] else u is None for p, u in pools.items()
+        )  # colocated: no rollout
         whole = sum((pools[p] or 0.0) * alloc[p] for p in pools) / sum(alloc.values())
         assert whole == pytest.approx(doc["utilization"][name], abs=1e-3)
     # No placement pays less than the busy GPU time of the work itself.
@@ -124,6 +126,7 @@ def test_a_job_left_alone_moves_into_a_group_with_room_and_it_pays_off():
     assert move.total_cost < stay.total_cost
     assert move.slo_attainment == 1.0
 
+
 def test_a_move_pays_a_cold_start_on_each_phase_at_its_new_nodes():
     jobs = _lone_partners()
     cheap = ClusterSimulator(SPEC, RollMuxPolicy(SPEC, regroup=True)).run(jobs)
@@ -169,3 +172,29 @@ def test_crowded_gangs_never_deadlock():
     for policy in (GreedyPolicy(SPEC), RollMuxPolicy(SPEC)):
         r = ClusterSimulator(SPEC, policy).run(trace.jobs)
         assert all(o.iters_done == o.n_iters for o in r.jobs)
+
+
+def test_migration_starts_a_rollout_on_the_tail_of_another_and_pays_off():
+    # Two 1260 s rollouts cannot share one node within a 1.3 SLO back to
+    # back (2 x 1260 s a cycle); with the stragglers moved off after 30 % of
+    # the GPU time they can, and both train on one node as before.
+    jobs = [
+        replace(j, profile=replace(j.profile, tail_hold=0.3))
+        for j in (rh(0, slo=1.3), rh(1, slo=1.3))
+    ]
+    mig = ClusterSpec(migration=True)
+    plain = ClusterSimulator(SPEC, RollMuxPolicy(SPEC)).run(jobs)
+    moved = ClusterSimulator(mig, RollMuxPolicy(mig), record_phases=True).run(jobs)
+    assert len([a for a in plain.allocations if a.pool == "rollout"]) == 2
+    assert len([a for a in moved.allocations if a.pool == "rollout"]) == 1
+    assert moved.slo_attainment == 1.0 and moved.total_cost < plain.total_cost
+    # The node passes on at 30 % of each rollout: the other one starts then.
+    rolls = sorted((p.start, p.end, p.job_id) for p in moved.phases if p.kind == "rollout")
+    first, second = rolls[0], rolls[1]
+    assert second[2] != first[2] and second[0] == pytest.approx(first[1])
+    assert first[1] - first[0] < 0.31 * 1260
+    # Busy GPU time counts the held share only; a solo run pays the same either way.
+    held = sum(p.end - p.start for p in moved.phases if p.kind == "rollout") * 8
+    assert moved.busy_gpu_s["rollout"] == pytest.approx(held)
+    solo = [ClusterSimulator(s, SoloPolicy(s)).run(jobs).total_cost for s in (SPEC, mig)]
+    assert solo[0] == pytest.approx(solo[1])

@@ -73,12 +73,19 @@ def test_cli_compare_json_last_line_and_plots(tmp_path, capsys):
     assert set(doc["cost_per_hour"]) == {"solo", "colocated", "random", "greedy", "rollmux"}
     assert set(doc["slo_attainment"]) == set(doc["cost_per_hour"])
     assert "utilization" in doc
+    assert doc["migration"] is True  # long-tail migration is on unless turned off
     assert (tmp_path / "plots" / "cost_over_time.png").stat().st_size > 0
     assert (tmp_path / "plots" / "gantt_rollmux.png").stat().st_size > 0
     # The saved trace replays to the same figures.
     cli.main(["compare", "--trace", str(trace_file), "--json"])
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert again["cost_per_hour"] == doc["cost_per_hour"]
+    cli.main(["compare", "--trace", str(trace_file), "--json", "--no-migration"])
+    plain = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (
+        plain["migration"] is False
+        and plain["cost_per_hour"]["solo"] == doc["cost_per_hour"]["solo"]
+    )
 
 
 def test_cli_affinity_and_human_table(capsys):

@@ -50,3 +50,22 @@ def test_profiles_carry_the_typical_phase_lengths_the_simulator_draws():
     assert abs(float(np.mean(train)) - t_typ) < 0.002
     p = generate_trace(0, WorkloadSpec(n_jobs=3)).jobs[0].profile
     assert (p.roll_typical, p.train_typical) == (round(r_typ, 4), round(t_typ, 4))
+
+
+def test_profiles_carry_their_tail_and_old_traces_load_without_one(tmp_path):
+    import json
+
+    t = generate_trace(0, WorkloadSpec(n_jobs=40))
+    holds = [j.profile.tail_hold for j in t.jobs]
+    assert all(0.25 < h < 0.4 for h in holds) and len(set(holds)) > 10
+    # The tail has a stream of its own: every other field is as before it.
+    path = tmp_path / "old.json"
+    t.save(path)
+    doc = json.loads(path.read_text())
+    del doc["workload"]["tail_sigma_range"], doc["workload"]["responses_per_step"]
+    for j in doc["jobs"]:
+        del j["profile"]["tail_hold"]
+    path.write_text(json.dumps(doc))
+    old = Trace.load(path)
+    assert all(j.profile.tail_hold == 1.0 for j in old.jobs)  # no migration gain assumed
+    assert [j.profile.roll_s for j in old.jobs] == [j.profile.roll_s for j in t.jobs]
