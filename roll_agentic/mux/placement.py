@@ -217,6 +217,13 @@ class RollMuxPolicy(RoundRobinPhases):
     # 1.45x of the optimum's (arrival order) to within 1.005x, and the
     # simulated runs from 1.15x to 1.008x.
     batch_budget: int = 3200
+    # Groups of this many members take no more. Only `share_any` grows
+    # groups this large (members pinned to different training nodes under
+    # shared rollout nodes); beyond it every SLO check and move offer runs
+    # a longer round robin for little: on the 200-job traces (seeds 0, 1)
+    # with share_any and rehome, 6 gave $697/h and $724/h, no cap $703/h
+    # and $729/h, and 2,000 jobs took less scheduler time.
+    max_members: int = 6
     name: str = "rollmux"
     _views: dict[int, GroupView] = field(default_factory=dict, repr=False)
     _groups: dict[int, Group] = field(default_factory=dict, repr=False)  # whose views we keep
@@ -278,6 +285,7 @@ class RollMuxPolicy(RoundRobinPhases):
         """
         spec = self.spec
         fallback = new_group_placement(job, spec)
+        fallback_score = fallback.extra_cost_per_hour
         switch = spec.warm_switch_s
         # Any pinning has the job's own node counts: one plan serves all.
         t = planned(phase_times(job, job.n_rollout, job.n_train, False, spec), job)
@@ -288,6 +296,8 @@ class RollMuxPolicy(RoundRobinPhases):
         t_new_max = job.n_train if self.share_any else 0
         ranked: list[_Ranked] = []
         for group in groups.values():
+            if len(group.pinning) >= self.max_members:
+                continue
             view = self._group_view(group)
             if view.colocated:
                 continue  # co-located members share no idle phase with anyone
@@ -314,7 +324,7 @@ class RollMuxPolicy(RoundRobinPhases):
                     if r_reuse > len(rollout) or r_reuse + t_reuse == 0:
                         continue  # sharing nothing is a new group
                     extra = r_new * price_r + t_new * price_t
-                    if extra >= fallback.extra_cost_per_hour:
+                    if extra >= fallback_score:
                         continue  # no cheaper than a group of its own
                     top = max(view.max_load, train_top, roll_add)
                     if r_reuse:
@@ -345,7 +355,7 @@ class RollMuxPolicy(RoundRobinPhases):
             # groups, when regrouping: the others' views stay good).
             for gid in [g for g, grp in self._groups.items() if not grp.members]:
                 del self._views[gid], self._groups[gid]
-        best, best_score = fallback, fallback.extra_cost_per_hour
+        best, best_score = fallback, fallback_score
         if bound is not None and bound < best_score:
             best_score = bound
         checks = 0
@@ -387,7 +397,7 @@ class RollMuxPolicy(RoundRobinPhases):
                 joined = (*view.members, job.job_id), view.rate + score_gain
         if best is not fallback:
             self._joined[best.group_id] = joined
-        return best, best_score if best is not fallback else fallback.extra_cost_per_hour
+        return best, best_score if best is not fallback else fallback_score
 
 
 def _slo_met(

@@ -35,7 +35,11 @@ def _compare(args: argparse.Namespace) -> int:
     if args.save_trace:
         trace.save(args.save_trace)
     doc, results = compare(
-        trace, record=bool(args.plot), rehome=args.rehome, migration=not args.no_migration
+        trace,
+        record=bool(args.plot),
+        rehome=args.rehome,
+        migration=not args.no_migration,
+        share_any=args.share_any,
     )
     if args.plot:
         from roll_agentic.sim.plots import write_plots
@@ -83,7 +87,13 @@ def _optimality(args: argparse.Namespace) -> int:
 def _scale(args: argparse.Namespace) -> int:
     from roll_agentic.sim.compare import scale
 
-    doc = scale(args.jobs, args.seed, rehome=args.rehome, migration=not args.no_migration)
+    doc = scale(
+        args.jobs,
+        args.seed,
+        rehome=args.rehome,
+        migration=not args.no_migration,
+        share_any=args.share_any,
+    )
     rows = [f"{k}: {v}" for k, v in doc.items()]
     return _emit(args, doc, rows)
 
@@ -126,6 +136,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             "between its iterations (beyond the paper; costs scheduler time)",
         )
         p.add_argument(
+            "--share-any",
+            action="store_true",
+            help="let RollMux share any subset of a group's nodes and open training nodes too "
+            "(beyond the paper's three candidate kinds)",
+        )
+        p.add_argument(
             "--no-migration",
             action="store_true",
             help="turn off long-tail migration (on by default: a rollout's stragglers move onto "
@@ -154,12 +170,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=10_000,
         help="placements the search may try per instance (each one a memoised round-robin "
         "run); past it the optimum is the best found (reported as search_complete=false)",
-    )
-    p.add_argument(
-        "--share-any",
-        action="store_true",
-        help="let RollMux share any subset of a group's nodes and open training nodes too "
-        "(beyond the paper's three candidate kinds)",
     )
     p.add_argument(
         "--one-by-one",

@@ -171,6 +171,19 @@ class _NodeRt:
     last: tuple[str, PhaseKind] | None = None
 
 
+def paid_alone(group: Group, job_id: str, spec: ClusterSpec) -> float | None:
+    """$/h of the nodes only `job_id` uses, if it is alone on its training nodes; else None.
+
+    Such a job pays for its dear nodes as if it ran solo, whether or not
+    it shares rollout nodes with others of its group: a move that costs
+    less than this is worth a cold start. A job alone in its group pays
+    the whole group.
+    """
+    if any(group.nodes[n].jobs != [job_id] for n in group.pinning[job_id].train_nodes):
+        return None
+    return sum(spec.price(n.pool) for n in group.nodes.values() if n.jobs == [job_id])
+
+
 class ClusterSimulator:
     def __init__(
         self,
@@ -279,16 +292,18 @@ class ClusterSimulator:
     def _regroup(self, rt: _JobRt, now: float) -> None:
         """Move a job to a group where it costs less (lone jobs; any job with `rehome`).
 
-        RollMux places on arrival; jobs leave, and a member left alone keeps
-        paying for a whole solo allocation (or, with `rehome`, any member
-        may have become its group's worst fit). Between two iterations (its
+        RollMux places on arrival; jobs leave, and a member left alone on
+        its training nodes keeps paying for them (and for any rollout node
+        only it uses) as if it ran solo (or, with `rehome`, any member may
+        have become its group's worst fit). Between two iterations (its
         nodes hold none of its phases) such a job is offered to the groups,
         with the same policy checks as an arrival, once groups opened or
         lost a member since it last looked. A move costs one cold start
         per phase on the new nodes (its state is not resident there yet).
         """
         group = self._book.groups[rt.group_id]
-        lone = len(group.members) == 1
+        alone_on = paid_alone(group, rt.trace.profile.job_id, self.spec)
+        lone = alone_on is not None
         rehome = bool(getattr(self.policy, "rehome", False))
         own = tuple(group.pinning)
         if not (lone or rehome) or own == rt.content_with:
@@ -311,14 +326,13 @@ class ClusterSimulator:
             fresh_groups = {g: groups[g] for g in fresh if g in groups and g != rt.group_id}
             placement = self.policy.place(fresh_groups, job) if fresh_groups else None
             if placement is not None and (
-                placement.group_id is None
-                or placement.extra_cost_per_hour >= group.cost_per_hour(self.spec)
+                placement.group_id is None or placement.extra_cost_per_hour >= (alone_on or 0.0)
             ):
                 placement = None
         self._regroup_s += wallclock.process_time() - t0
         if placement is None:
             return
-        if not lone:
+        if len(group.members) > 1:
             self._changed.append(rt.group_id)  # the group it leaves gains room
         self._leave(job.job_id, now)
         group, opened = self._book.apply(placement, job)

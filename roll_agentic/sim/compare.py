@@ -30,7 +30,7 @@ POLICIES = ("solo", "colocated", "random", "greedy", "rollmux")
 
 
 def make_policy(
-    name: str, spec: ClusterSpec, seed: int = 0, rehome: bool = False
+    name: str, spec: ClusterSpec, seed: int = 0, rehome: bool = False, share_any: bool = False
 ) -> SchedulerPolicy:
     if name == "solo":
         return SoloPolicy(spec)
@@ -41,7 +41,7 @@ def make_policy(
     if name == "greedy":
         return GreedyPolicy(spec)
     if name == "rollmux":
-        return RollMuxPolicy(spec, rehome=rehome)
+        return RollMuxPolicy(spec, rehome=rehome, share_any=share_any)
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
 
 
@@ -51,10 +51,11 @@ def run_policies(
     names: tuple[str, ...] = POLICIES,
     record: bool = False,
     rehome: bool = False,
+    share_any: bool = False,
 ) -> dict[str, SimResult]:
     return {
         n: ClusterSimulator(
-            spec, make_policy(n, spec, trace.seed, rehome), record_phases=record
+            spec, make_policy(n, spec, trace.seed, rehome, share_any), record_phases=record
         ).run(trace.jobs)
         for n in names
     }
@@ -109,11 +110,13 @@ def compare(
     record: bool = False,
     rehome: bool = False,
     migration: bool = True,
+    share_any: bool = False,
 ):
     spec = spec or ClusterSpec(migration=migration)
-    results = run_policies(trace, spec, record=record, rehome=rehome)
+    results = run_policies(trace, spec, record=record, rehome=rehome, share_any=share_any)
     out = summarize(results, spec)
     out["migration"] = spec.migration
+    out["rollmux_options"] = {"rehome": rehome, "share_any": share_any}
     out["jobs"] = len(trace.jobs)
     out["seed"] = trace.seed
     out["arrival"] = trace.workload.arrival
@@ -224,13 +227,15 @@ def scale(
     spec: ClusterSpec | None = None,
     rehome: bool = False,
     migration: bool = True,
+    share_any: bool = False,
 ) -> dict:
     """Scheduler CPU time to place every job of an `n_jobs` trace (RollMux), regrouping included."""
     spec = spec or ClusterSpec(migration=migration)
     wl = WorkloadSpec(n_jobs=n_jobs, span_days=14.0 * n_jobs / 200)
     trace = generate_trace(seed, wl)
     t0 = time.perf_counter()
-    result = ClusterSimulator(spec, RollMuxPolicy(spec, rehome=rehome)).run(trace.jobs)
+    policy = RollMuxPolicy(spec, rehome=rehome, share_any=share_any)
+    result = ClusterSimulator(spec, policy).run(trace.jobs)
     # Offering lone jobs a move between iterations is scheduler work too:
     # the total counts both, and each part is shown.
     total = result.scheduler_time_s + result.regroup_time_s

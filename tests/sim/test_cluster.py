@@ -4,10 +4,11 @@ from dataclasses import replace
 
 import pytest
 
-from roll_agentic.mux.placement import RollMuxPolicy
-from roll_agentic.mux.profile import ClusterSpec, JobProfile
+from roll_agentic.mux.group import CandidateKind, GroupBook, Placement
+from roll_agentic.mux.placement import RollMuxPolicy, new_group_placement
+from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
 from roll_agentic.sim.baselines import ColocatedPolicy, GreedyPolicy, SoloPolicy, colocated_nodes
-from roll_agentic.sim.cluster import ClusterSimulator, solo_iteration_s
+from roll_agentic.sim.cluster import ClusterSimulator, paid_alone, solo_iteration_s
 from roll_agentic.sim.compare import compare, summarize
 from roll_agentic.sim.trace import TraceJob, WorkloadSpec, generate_trace
 
@@ -198,3 +199,22 @@ def test_migration_starts_a_rollout_on_the_tail_of_another_and_pays_off():
     assert moved.busy_gpu_s["rollout"] == pytest.approx(held)
     solo = [ClusterSimulator(s, SoloPolicy(s)).run(jobs).total_cost for s in (SPEC, mig)]
     assert solo[0] == pytest.approx(solo[1])
+
+
+def test_a_member_alone_on_its_training_node_pays_for_it_as_if_solo():
+    # Its group shares a rollout node, but the dear node is its own: it is
+    # offered moves like a job alone in its group (`paid_alone`).
+    book = GroupBook(SPEC)
+    a, b, c = (rh(i).profile for i in range(3))
+    first = book.apply(new_group_placement(a, SPEC), a)[0]
+    r_node, t_node = first.node_ids(Pool.ROLLOUT), first.node_ids(Pool.TRAIN)
+    share_rollout = Placement(CandidateKind.SHARE, first.group_id, tuple(r_node), (), new_train=1)
+    book.apply(share_rollout, b)
+    assert paid_alone(first, "j0", SPEC) == SPEC.price(Pool.TRAIN)
+    assert paid_alone(first, "j1", SPEC) == SPEC.price(Pool.TRAIN)
+    pack = Placement(CandidateKind.PACK, first.group_id, tuple(r_node), tuple(t_node))
+    book.apply(pack, c)
+    assert paid_alone(first, "j0", SPEC) is None  # shares its training node now
+    assert paid_alone(first, "j1", SPEC) == SPEC.price(Pool.TRAIN)
+    lone = book.apply(new_group_placement(a, SPEC), replace(a, job_id="j9"))[0]
+    assert paid_alone(lone, "j9", SPEC) == lone.cost_per_hour(SPEC)  # its whole group
