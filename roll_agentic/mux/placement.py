@@ -183,9 +183,12 @@ class RollMuxPolicy(RoundRobinPhases):
     headroom: float = SLO_HEADROOM
     max_checks: int = 16  # SLO simulations per arrival before opening a new group
     screen: bool = True  # drop candidates the cycle estimate already rejects
-    # Offer a job left alone in its group (its partners finished) to groups
-    # that gained room, between iterations; the simulator pays the cold
-    # start of the move. A lone job pays a whole solo allocation otherwise.
+    # Offer a job left alone on its training nodes (its partners finished)
+    # to groups that gained room, between iterations; the simulator pays
+    # the cold start of the move. Such a job pays for its dear nodes as if
+    # solo otherwise. (Jobs alone in their group only, before: $781/h ->
+    # $765/h with migration on the 200-job trace, seed 0; 2,000 jobs take
+    # 0.85 s of scheduler time in all.)
     # Not in the paper (it places on arrival only). Measured on the 200-job
     # trace (seed 0) with effective-cost choice: $862/h without, $823/h
     # with; SLOs all met there and on 2,000 jobs. (Under first-come-first-
