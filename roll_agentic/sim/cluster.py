@@ -81,7 +81,7 @@ class PhaseRecord:
     job_id: str
     kind: str
     start: float
-    end: float
+    end: float  # when the node passed on: a migrated rollout's stragglers run on past it
 
 
 @dataclass
