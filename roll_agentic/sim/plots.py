@@ -35,7 +35,10 @@ def gantt(result: SimResult, path: Path, max_nodes: int = 40, window_h: float = 
         )
     pool = {p.node_id: p.pool for p in phases}
     ax.set_yticks(range(len(nodes)), [f"{pool[n][0].upper()}{n}" for n in nodes], fontsize=6)
-    ax.set_xlabel("hours (hatched = training, plain = rollout; colour = job)")
+    ax.set_xlabel(
+        "hours (hatched = training, plain = rollout until migration hands the node on; "
+        "colour = job)"
+    )
     ax.set_title(f"{result.policy}: phases per node (R = rollout node, T = training node)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
