@@ -87,6 +87,10 @@ class Group:
     def cost_per_hour(self, spec: ClusterSpec) -> float:
         return sum(spec.price(n.pool) for n in self.nodes.values())
 
+    def own_cost_per_hour(self, job_id: str, spec: ClusterSpec) -> float:
+        """$/h of the nodes only `job_id` is pinned to (released if it leaves)."""
+        return sum(spec.price(n.pool) for n in self.nodes.values() if n.jobs == [job_id])
+
     def times(self, job_id: str, spec: ClusterSpec) -> PhaseTimes:
         pin = self.pinning[job_id]
         return phase_times(

@@ -48,7 +48,7 @@ def member_adds(view: GroupView, group: Group, job_id: str, spec: ClusterSpec) -
     if n == 1:
         adds = view.cost
     else:
-        own = sum(spec.price(node.pool) for node in group.nodes.values() if node.jobs == [job_id])
+        own = group.own_cost_per_hour(job_id, spec)
         rest = [m for j, m in zip(view.members, view.plans, strict=True) if j != job_id]
         profiles = [p for j, p in group.members.items() if j != job_id]
         rate = 1.0  # alone, a job runs at solo speed

@@ -181,7 +181,7 @@ def paid_alone(group: Group, job_id: str, spec: ClusterSpec) -> float | None:
     """
     if any(group.nodes[n].jobs != [job_id] for n in group.pinning[job_id].train_nodes):
         return None
-    return sum(spec.price(n.pool) for n in group.nodes.values() if n.jobs == [job_id])
+    return group.own_cost_per_hour(job_id, spec)
 
 
 class ClusterSimulator:
@@ -323,10 +323,11 @@ class ClusterSimulator:
             if offer.content:
                 rt.content_with = own
         else:  # the cheapest pinning in a group that changed, if cheaper than its own
+            assert alone_on is not None  # without rehome only such jobs get here
             fresh_groups = {g: groups[g] for g in fresh if g in groups and g != rt.group_id}
             placement = self.policy.place(fresh_groups, job) if fresh_groups else None
             if placement is not None and (
-                placement.group_id is None or placement.extra_cost_per_hour >= (alone_on or 0.0)
+                placement.group_id is None or placement.extra_cost_per_hour >= alone_on
             ):
                 placement = None
         self._regroup_s += wallclock.process_time() - t0
@@ -452,7 +453,9 @@ class ClusterSimulator:
         if ph.kind is PhaseKind.ROLLOUT:
             dur = times.roll_s * float(rt.roll_f[i])
             # Migration: the tail's share of this phase's own length.
-            held = now + switch + dur * times.roll_node_s / times.roll_s
+            held = now + switch + dur
+            if times.roll_hold_s is not None:
+                held = now + switch + dur * times.roll_hold_s / times.roll_s
         else:
             dur = times.train_s * float(rt.train_f[i])
             held = now + switch + dur
