@@ -16,12 +16,33 @@ the worker already has `update_weights` and `reload_weights`).
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import time
 from typing import Any
 
 _TIED_HEAD = "lm_head.weight"
 _EMBED = "model.embed_tokens.weight"
+# Layers whose tensors are computed at start-up, never read from a checkpoint.
+# vLLM's layerwise reload warns "<layer>: Failed to load weights" for each of
+# them on every reload, then restores them as they were, which is right; the
+# warning, once per sync in the run's log, reads like a broken sync.
+_DERIVED_LAYERS = frozenset({"RotaryEmbedding"})
+_RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+
+
+class DerivedLayerReloadFilter(logging.Filter):
+    """Drops vLLM's reload warning for layers with no checkpoint tensors; keeps every other record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        derived = bool(record.args) and record.args[0] in _DERIVED_LAYERS  # type: ignore[index]
+        return not (derived and record.msg == "%s: Failed to load weights")
+
+
+def _quiet_derived_layer_warnings() -> None:
+    log = logging.getLogger(_RELOAD_LOGGER)
+    if not any(isinstance(f, DerivedLayerReloadFilter) for f in log.filters):
+        log.addFilter(DerivedLayerReloadFilter())
 
 
 def _file_names(path: str) -> set[str]:
@@ -71,6 +92,7 @@ class WeightReloadExtension:
         from vllm.config import set_current_vllm_config
 
         t0 = time.perf_counter()
+        _quiet_derived_layer_warnings()
         state = load_file(path)  # CPU tensors; the weight loaders copy to the model's device
         tied = self._roll_tied()
         if tied:
