@@ -77,10 +77,21 @@ def _optimality(args: argparse.Namespace) -> int:
         batch=not args.one_by_one,
         migration=not args.no_migration,
     )
-    rows = [f"{'#':>3} {'jobs':>4} {'rollmux/optimal':>16} {'rollmux SLO':>12}"]
+    rows = [
+        f"{'#':>3} {'jobs':>4} {'rollmux/optimal':>16} {'rollmux SLO':>12} "
+        f"{'solo/optimal':>13} {'colocated/optimal':>18}"
+    ]
     for i, r in enumerate(doc["per_instance"]):
-        rows.append(f"{i:>3} {r['jobs']:>4} {r['ratio']:>16.3f} {r['rollmux_slo']:>12.2f}")
+        rows.append(
+            f"{i:>3} {r['jobs']:>4} {r['ratio']:>16.3f} {r['rollmux_slo']:>12.2f} "
+            f"{r['solo_over_optimal']:>13.3f} {r['colocated_over_optimal']:>18.3f}"
+        )
     rows.append(f"max ratio {doc['max_ratio_to_optimal']}, mean {doc['mean_ratio_to_optimal']}")
+    saving = doc["optimal_saving"]
+    rows.append(
+        f"the optimum saves {saving['solo']['mean']}x over solo and "
+        f"{saving['colocated']['mean']}x over colocated (mean per instance)"
+    )
     return _emit(args, doc, rows)
 
 

@@ -159,6 +159,10 @@ def optimality(
     it searches their order, and the order sets each group's round-robin
     order, which the search keeps as given); `batch=False` places them one
     by one in arrival order, as the paper's online rule does.
+
+    `optimal_saving` is solo's and colocated's $ per unit of work over the
+    optimum's on the same instances: what any placement of these jobs
+    could save, the yardstick for `sim compare`'s savings.
     """
     spec = spec or ClusterSpec(migration=migration)
     rng = np.random.default_rng(seed)
@@ -166,6 +170,7 @@ def optimality(
     slo: list[float] = []
     planned: list[float] = []  # the same ratio on worst-case plans, before simulation
     rows = []
+    baseline_over_opt: dict[str, list[float]] = {"solo": [], "colocated": []}
     complete = True
     for k in range(instances):
         n = int(rng.integers(3, max_jobs + 1))
@@ -192,11 +197,23 @@ def optimality(
         ratio = _cost_per_work(rm) / _cost_per_work(opt)
         ratios.append(ratio)
         slo.append(rm.slo_attainment)
+        # What any placement could save here: the baselines over the optimum.
+        over = {
+            name: _cost_per_work(
+                ClusterSimulator(spec, make_policy(name, spec), horizon_s=horizon).run(jobs)
+            )
+            / _cost_per_work(opt)
+            for name in ("solo", "colocated")
+        }
+        for name, v in over.items():
+            baseline_over_opt[name].append(v)
         rows.append(
             {
                 "jobs": n,
                 "ratio": round(ratio, 4),
                 "planned_ratio": round(planned[-1], 4),
+                "solo_over_optimal": round(over["solo"], 4),
+                "colocated_over_optimal": round(over["colocated"], 4),
                 "rollmux_slo": rm.slo_attainment,
                 "optimal_slo": opt.slo_attainment,
                 "visited": sol.visited,
@@ -210,6 +227,12 @@ def optimality(
         "max_planned_ratio_to_optimal": round(max(planned), 4),
         "mean_planned_ratio_to_optimal": round(float(np.mean(planned)), 4),
         "rollmux_slo_attainment": round(float(np.mean(slo)), 4),
+        # The optimum's own saving over each baseline ($ per unit of work):
+        # a ceiling for any placement on this workload's static instances.
+        "optimal_saving": {
+            name: {"mean": round(float(np.mean(v)), 4), "min": round(min(v), 4), "max": round(max(v), 4)}
+            for name, v in baseline_over_opt.items()
+        },
         "search_complete": complete,  # False: some optimum is only the best found
         "search_budget": node_budget,
         # A batch's plans run under both candidate sets (`mux/batch.py`).

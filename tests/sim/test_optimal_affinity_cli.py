@@ -126,3 +126,19 @@ def test_scale_counts_regrouping_as_scheduler_time():
     parts = doc["placement_time_s"] + doc["regroup_time_s"]
     assert doc["scheduler_time_s_60_jobs"] == pytest.approx(parts, abs=2e-4)
     assert doc["slo_attainment"] == 1.0
+
+
+def test_cli_optimality_reports_rollmux_and_what_the_optimum_saves(capsys):
+    cli.main(["optimality", "--instances", "3", "--jobs", "4", "--seed", "2", "--json"])
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = doc["per_instance"]
+    assert len(rows) == 3 and doc["rollmux_slo_attainment"] == 1.0
+    assert 1.0 - 1e-9 <= doc["max_ratio_to_optimal"] == max(r["ratio"] for r in rows)
+    for name in ("solo", "colocated"):
+        got = [r[f"{name}_over_optimal"] for r in rows]
+        assert doc["optimal_saving"][name]["mean"] == pytest.approx(sum(got) / 3, abs=1e-3)
+        assert doc["optimal_saving"][name]["max"] == max(got)
+    # Solo is one of the placements the search ranks: the optimum pays no more.
+    assert min(r["solo_over_optimal"] for r in rows) >= 0.99
+    cli.main(["optimality", "--instances", "1", "--jobs", "3"])
+    assert "the optimum saves" in capsys.readouterr().out
