@@ -97,6 +97,36 @@ def _steady_period(ends: list[float]) -> float:
     return (ends[-1] - ends[k0]) / (len(ends) - 1 - k0)
 
 
+def _locked_periods(periods: list[float], members: Sequence[MemberPlan]) -> list[float]:
+    """Each member's long-run period: the slowest of those it shares nodes with, directly or not.
+
+    Taking turns, two jobs on one node start their phases there alternately,
+    so neither gets more than one iteration ahead: in the long run every
+    member of a set linked by shared nodes runs at the pace of its slowest.
+    A run of a few meta-iterations does not show that yet (a faster member
+    spends its one iteration of lead over the run and looks faster than it
+    can stay), and plans must hold for the whole job.
+    """
+    parent = list(range(len(members)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[int, int] = {}
+    for i, m in enumerate(members):
+        for n in (*m.rollout_nodes, *m.train_nodes):
+            j = first.setdefault(n, i)
+            parent[root(i)] = root(j)
+    slowest: dict[int, float] = {}
+    for i, t in enumerate(periods):
+        r = root(i)
+        slowest[r] = max(slowest.get(r, 0.0), t)
+    return [slowest[root(i)] for i in range(len(members))]
+
+
 def evaluate_round_robin(
     members: Sequence[MemberPlan], meta_iterations: int | None = None, switch_s: float = 0.0
 ) -> list[float]:
@@ -176,7 +206,7 @@ def evaluate_round_robin(
             ends[j].append(end)
             ready[j] = end + syncs[j]
     # Train end to train end: one rollout, one train and one sync, as solo.
-    return [_steady_period(e) for e in ends]
+    return _locked_periods([_steady_period(e) for e in ends], members)
 
 
 def _evaluate_by_events(
@@ -269,7 +299,7 @@ def _evaluate_by_events(
             if waiting >= 0 and not busy[n]:
                 try_start(waiting, now)
     # Train end to train end: one rollout, one train and one sync, as solo.
-    return [_steady_period(e) for e in ends]
+    return _locked_periods([_steady_period(e) for e in ends], members)
 
 
 def progress_rate(periods: list[float], profiles: Sequence[JobProfile]) -> float:

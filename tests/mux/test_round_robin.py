@@ -1,5 +1,6 @@
 """Round robin: the intra-group phase order, and why it is the one we use."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -130,3 +131,19 @@ def test_migration_hands_the_rollout_node_on_before_the_tail_ends():
     migrated = evaluate_round_robin(pair(210.0))
     assert migrated == [1000.0, 1000.0]  # the training still waits for the last response
     assert migrated == _evaluate_by_events(pair(210.0), 12, 0.0)
+
+
+def test_members_linked_by_shared_nodes_run_at_the_slowest_ones_pace():
+    # From `sim optimality --seed 2`: three jobs on shared rollout nodes. Over
+    # the evaluator's few meta-iterations the two faster ones used to look
+    # faster (1856 s) than they can stay (a 200-iteration run: 1932 s, the
+    # slowest one's solo iteration); the plan let a 1.101-SLO job in that
+    # the run then held to 1.05x of its pace.
+    a = MemberPlan(PhaseTimes(907.8, 920.6, 10.6, roll_hold_s=293.4), (0, 1), (2,))
+    b = MemberPlan(PhaseTimes(572.3, 1113.3, 7.8, roll_hold_s=175.0), (0,), (3,))
+    c = MemberPlan(PhaseTimes(881.0, 1040.4, 10.6, roll_hold_s=281.0), (0, 1), (4,))
+    alone = MemberPlan(PhaseTimes(200, 300, 0), (5,), (6,))  # shares nothing: its own pace
+    periods = evaluate_round_robin([a, b, c, alone])
+    assert periods[:3] == [pytest.approx(c.times.iter_s)] * 3
+    assert periods[3] == 500
+    assert _evaluate_by_events([a, b, c, alone], 15, 0.0) == pytest.approx(periods)
