@@ -3,6 +3,7 @@
   compare     all policies on one trace: $/h, SLO attainment, utilization
   optimality  RollMux versus the brute-force optimum on small instances
   scale       scheduler time to place a large trace's jobs
+  repack      online RollMux vs the running jobs re-placed from scratch
   affinity    task-affine GPU pools versus a single pool (RollArt R1)
 
 With --json the last line of output is one JSON object; without, a table.
@@ -11,10 +12,41 @@ With --json the last line of output is one JSON object; without, a table.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
+from collections.abc import Callable
 
 from roll_agentic.sim.trace import Trace, WorkloadSpec, generate_trace
+
+
+def _at_least(low: int):
+    """An argparse type: an integer no smaller than `low`, or a one-line error naming the flag."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _reporting_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Bad input (an unreadable or malformed trace file) ends in one line on stderr, exit 2."""
+
+    @functools.wraps(run)
+    def guarded(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except ValueError as err:
+            print(f"roll-agentic sim {args.sim_command}: error: {err}", file=sys.stderr)
+            return 2
+
+    return guarded
 
 
 def _emit(args: argparse.Namespace, doc: dict, table: list[str]) -> int:
@@ -109,6 +141,33 @@ def _scale(args: argparse.Namespace) -> int:
     return _emit(args, doc, rows)
 
 
+def _repack(args: argparse.Namespace) -> int:
+    from roll_agentic.mux.profile import ClusterSpec
+    from roll_agentic.sim.repack import repack_report
+
+    if args.trace:
+        trace = Trace.load(args.trace)
+    else:
+        trace = generate_trace(args.seed, WorkloadSpec(n_jobs=args.jobs))
+    doc = repack_report(trace, ClusterSpec(migration=not args.no_migration), args.snapshots)
+    rows = [
+        f"{'day':>6} {'jobs':>5} {'online':>8} {'repacked':>9} {'solo':>8} {'colocated':>10}"
+        "   ($/h per unit of progress)"
+    ]
+    for r in doc["per_snapshot"]:
+        rows.append(
+            f"{r['day']:>6.2f} {r['jobs']:>5} {r['online']:>8.2f} {r['repacked']:>9.2f} "
+            f"{r['solo']:>8.2f} {r['colocated']:>10.2f}"
+        )
+    on, re_ = doc["online_saving"], doc["repacked_saving"]
+    rows.append(
+        f"saving vs solo / colocated: online {on['solo']}x / {on['colocated']}x, "
+        f"repacked {re_['solo']}x / {re_['colocated']}x; online over repacked "
+        f"{doc['online_over_repacked']}x"
+    )
+    return _emit(args, doc, rows)
+
+
 def _affinity(args: argparse.Namespace) -> int:
     from roll_agentic.sim.affinity import affinity_report
 
@@ -136,8 +195,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     sub = sim.add_subparsers(dest="sim_command", required=True)
 
-    def common(p: argparse.ArgumentParser, jobs: int) -> None:
-        p.add_argument("--jobs", type=int, default=jobs, help=f"number of jobs (default {jobs})")
+    def common(p: argparse.ArgumentParser, jobs: int, min_jobs: int = 1) -> None:
+        p.add_argument(
+            "--jobs", type=_at_least(min_jobs), default=jobs, help=f"number of jobs (default {jobs})"
+        )
         p.add_argument("--seed", type=int, default=0, help="seed of the generated trace(s)")
         p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
         p.add_argument(
@@ -170,14 +231,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.add_argument("--save-trace", metavar="FILE", help="write the trace used to FILE as JSON")
     p.add_argument("--plot", metavar="DIR", help="write Gantt and cost-over-time PNGs to DIR")
-    p.set_defaults(func=_compare)
+    p.set_defaults(func=_reporting_errors(_compare))
 
     p = sub.add_parser("optimality", help="RollMux vs brute-force optimum on small instances")
-    common(p, 8)
-    p.add_argument("--instances", type=int, default=20, help="number of random instances")
+    common(p, 8, min_jobs=3)  # instances draw 3 to --jobs jobs
+    p.add_argument(
+        "--instances", type=_at_least(1), default=20, help="number of random instances"
+    )
     p.add_argument(
         "--budget",
-        type=int,
+        type=_at_least(1),
         default=10_000,
         help="placements the search may try per instance (each one a memoised round-robin "
         "run); past it the optimum is the best found (reported as search_complete=false)",
@@ -188,15 +251,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="place the instance's jobs one at a time in arrival order (the paper's online "
         "rule) instead of as the batch they arrive in",
     )
-    p.set_defaults(func=_optimality)
+    p.set_defaults(func=_reporting_errors(_optimality))
 
     p = sub.add_parser("scale", help="scheduler time to place a large trace")
     common(p, 2000)
-    p.set_defaults(func=_scale)
+    p.set_defaults(func=_reporting_errors(_scale))
+
+    p = sub.add_parser(
+        "repack", help="online RollMux vs the running jobs re-placed from scratch, at instants"
+    )
+    p.add_argument("--jobs", type=_at_least(1), default=200, help="number of jobs (default 200)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated trace")
+    p.add_argument("--trace", help="a trace JSON file (default: generate one from --jobs/--seed)")
+    p.add_argument(
+        "--snapshots", type=_at_least(1), default=6, help="instants to compare at (default 6)"
+    )
+    p.add_argument("--no-migration", action="store_true", help="turn off long-tail migration")
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    p.set_defaults(func=_reporting_errors(_repack))
 
     p = sub.add_parser("affinity", help="task-affine pools vs a single GPU pool")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    p.set_defaults(func=_affinity)
+    p.set_defaults(func=_reporting_errors(_affinity))
     return sim
 
 

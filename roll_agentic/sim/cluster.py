@@ -40,7 +40,7 @@ What it models (and what it does not):
 from __future__ import annotations
 
 import time as wallclock
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -198,6 +198,11 @@ class ClusterSimulator:
         self.policy = policy
         self.record_phases = record_phases
         self.horizon_s = horizon_s
+
+    @property
+    def groups(self) -> Mapping[int, Group]:
+        """The groups the last run held when it ended (at its horizon, if it had one)."""
+        return self._book.groups
 
     def run(self, trace_jobs: Sequence[TraceJob]) -> SimResult:
         self._book = GroupBook(self.spec)

@@ -120,16 +120,43 @@ class Trace:
 
     @classmethod
     def load(cls, path: str | Path) -> Trace:
-        doc = json.loads(Path(path).read_text())
-        wl = doc["workload"]
+        """Read a trace written by `save`; ValueError naming the first thing wrong with it."""
+        try:
+            doc = json.loads(Path(path).read_text())
+        except OSError as err:
+            raise ValueError(f"cannot read trace {path}: {err.strerror or err}") from None
+        except json.JSONDecodeError as err:
+            raise ValueError(f"trace {path} is not JSON: {err}") from None
+        if not isinstance(doc, dict) or not {"seed", "workload", "jobs"} <= doc.keys():
+            raise ValueError(
+                f"trace {path}: expected an object with 'seed', 'workload' and 'jobs' "
+                "(`roll-agentic sim compare --save-trace FILE` writes one)"
+            )
+        wl = dict(doc["workload"])
         for key in ("size_weights", "kind_weights", "slo_range", "tail_sigma_range"):
             if key in wl:
                 wl[key] = tuple(wl[key])
-        jobs = [
-            TraceJob(j["arrival_s"], j["n_iters"], j["seed"], JobProfile(**j["profile"]))
-            for j in doc["jobs"]
-        ]
-        return cls(doc["seed"], WorkloadSpec(**wl), jobs)
+        try:
+            workload = WorkloadSpec(**wl)
+        except TypeError as err:
+            raise ValueError(f"trace {path}: bad 'workload': {err}") from None
+        jobs = []
+        for i, j in enumerate(doc["jobs"]):
+            try:
+                job = TraceJob(
+                    float(j["arrival_s"]), int(j["n_iters"]), int(j["seed"]), JobProfile(**j["profile"])
+                )
+            except KeyError as err:
+                raise ValueError(f"trace {path}: job #{i} has no {err}") from None
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"trace {path}: job #{i}: {err}") from None
+            if job.arrival_s < 0 or job.n_iters < 1:
+                raise ValueError(
+                    f"trace {path}: job #{i} needs arrival_s >= 0 and n_iters >= 1, got "
+                    f"{job.arrival_s} and {job.n_iters}"
+                )
+            jobs.append(job)
+        return cls(doc["seed"], workload, jobs)
 
 
 def make_profile(

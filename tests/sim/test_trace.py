@@ -69,3 +69,37 @@ def test_profiles_carry_their_tail_and_old_traces_load_without_one(tmp_path):
     old = Trace.load(path)
     assert all(j.profile.tail_hold == 1.0 for j in old.jobs)  # no migration gain assumed
     assert [j.profile.roll_s for j in old.jobs] == [j.profile.roll_s for j in t.jobs]
+
+
+def test_a_bad_trace_file_is_refused_with_what_is_wrong(tmp_path):
+    import json
+
+    import pytest
+
+    good = tmp_path / "good.json"
+    generate_trace(3, WorkloadSpec(n_jobs=3)).save(good)
+    doc = json.loads(good.read_text())
+
+    def refused(content: str | None, *words: str) -> None:
+        path = tmp_path / "t.json"
+        if content is None:
+            path = tmp_path / "missing.json"
+        else:
+            path.write_text(content)
+        with pytest.raises(ValueError) as err:
+            Trace.load(path)
+        for w in words:
+            assert w in str(err.value)
+
+    refused(None, "cannot read trace", "missing.json")
+    refused("{not json", "is not JSON")
+    refused(json.dumps({"jobs": []}), "'seed', 'workload' and 'jobs'", "--save-trace")
+    refused(json.dumps({**doc, "workload": {**doc["workload"], "n_job": 3}}), "bad 'workload'", "n_job")
+    no_seed = [dict(doc["jobs"][0]), *doc["jobs"][1:]]
+    del no_seed[0]["seed"]
+    refused(json.dumps({**doc, "jobs": no_seed}), "job #0 has no 'seed'")
+    bad_profile = [*doc["jobs"][:1], {**doc["jobs"][1], "profile": {"job_id": "x"}}]
+    refused(json.dumps({**doc, "jobs": bad_profile}), "job #1")
+    late = [*doc["jobs"][:2], {**doc["jobs"][2], "n_iters": 0}]
+    refused(json.dumps({**doc, "jobs": late}), "job #2 needs", "n_iters >= 1")
+    assert len(Trace.load(good).jobs) == 3  # the file it came from still loads
