@@ -35,6 +35,28 @@ def _at_least(low: int):
     return parse
 
 
+def _hours(text: str) -> float:
+    """An argparse type: hours, 0 (off) or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected hours, got {text!r}") from None
+    if not value >= 0.0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 (off) or a positive number of hours, got {text}")
+    return value
+
+
+def _replan_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--replan",
+        type=_hours,
+        default=0.0,
+        metavar="HOURS",
+        help="every HOURS, re-place all running jobs from scratch and move them between "
+        "iterations where that is cheaper (beyond the paper; costs scheduler time; default 0: off)",
+    )
+
+
 def _reporting_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Bad input (an unreadable or malformed trace file) ends in one line on stderr, exit 2."""
 
@@ -72,6 +94,7 @@ def _compare(args: argparse.Namespace) -> int:
         rehome=args.rehome,
         migration=not args.no_migration,
         share_any=args.share_any,
+        replan_every_h=args.replan,
     )
     if args.plot:
         from roll_agentic.sim.plots import write_plots
@@ -136,6 +159,7 @@ def _scale(args: argparse.Namespace) -> int:
         rehome=args.rehome,
         migration=not args.no_migration,
         share_any=args.share_any,
+        replan_every_h=args.replan,
     )
     rows = [f"{k}: {v}" for k, v in doc.items()]
     return _emit(args, doc, rows)
@@ -231,6 +255,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.add_argument("--save-trace", metavar="FILE", help="write the trace used to FILE as JSON")
     p.add_argument("--plot", metavar="DIR", help="write Gantt and cost-over-time PNGs to DIR")
+    _replan_option(p)
     p.set_defaults(func=_reporting_errors(_compare))
 
     p = sub.add_parser("optimality", help="RollMux vs brute-force optimum on small instances")
@@ -255,6 +280,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
     p = sub.add_parser("scale", help="scheduler time to place a large trace")
     common(p, 2000)
+    _replan_option(p)
     p.set_defaults(func=_reporting_errors(_scale))
 
     p = sub.add_parser(

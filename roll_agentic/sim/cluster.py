@@ -51,6 +51,7 @@ from roll_agentic.mux.policy import SchedulerPolicy
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseKind, Pool
 from roll_agentic.mux.round_robin import PhaseSpec
 from roll_agentic.sim.events import EventQueue, EventType
+from roll_agentic.sim.replan import Replanner, Target, move_keeps_slo
 from roll_agentic.sim.trace import (
     ROLL_FACTOR_MEDIAN,
     ROLL_FACTOR_SIGMA,
@@ -123,6 +124,8 @@ class SimResult:
     phases: list[PhaseRecord] = field(default_factory=list)
     regroup_time_s: float = 0.0  # policy CPU time spent offering lone jobs a move
     moves: int = 0  # jobs moved to another group between iterations
+    replan_time_s: float = 0.0  # policy CPU time spent re-placing running jobs (`replan.py`)
+    replans: int = 0  # re-plans adopted
 
     @property
     def total_cost(self) -> float:
@@ -194,6 +197,8 @@ class ClusterSimulator:
     ) -> None:
         # Policies that move jobs left alone in a group say so (RollMux does).
         self.regroup = bool(getattr(policy, "regroup", False))
+        # And those that re-place running jobs every so often (`replan.py`).
+        self.replan_every_s = float(getattr(policy, "replan_every_h", 0.0)) * 3600.0
         self.spec = spec
         self.policy = policy
         self.record_phases = record_phases
@@ -219,7 +224,13 @@ class ClusterSimulator:
         self._changed: list[int] = []  # groups that gained room (opened or left), in order
         self._moves = 0
         self._turns = NodeTurns()
+        self._replanner = Replanner(float(getattr(self.policy, "replan_margin", 0.0)))
+        self._replan_s = 0.0
         by_id = {j.profile.job_id: j for j in trace_jobs}
+        last_arrival = max((j.arrival_s for j in trace_jobs), default=0.0)
+        if self.replan_every_s > 0 and trace_jobs:
+            first = min(j.arrival_s for j in trace_jobs)
+            self._events.push(first + self.replan_every_s, EventType.REPLAN, "")
         for j in trace_jobs:
             self._events.push(j.arrival_s, EventType.ARRIVE, j.profile.job_id)
         now = 0.0
@@ -237,6 +248,10 @@ class ClusterSimulator:
                 self._arrive(batch, now)
             elif ev.type is EventType.SYNC_END:
                 self._job_iteration_end(ev.job_id, now)
+            elif ev.type is EventType.REPLAN:
+                self._replan()
+                if self._jobs or now < last_arrival:
+                    self._events.push(now + self.replan_every_s, EventType.REPLAN, "")
             elif ev.type is EventType.RELEASE:
                 self._free_nodes(ev.job_id, PhaseKind.ROLLOUT, now)
             else:
@@ -258,6 +273,8 @@ class ClusterSimulator:
             self._phases,
             self._regroup_s,
             self._moves,
+            self._replan_s,
+            self._replanner.replans,
         )
 
     # -- events ---------------------------------------------------------------
@@ -267,7 +284,7 @@ class ClusterSimulator:
         batch = getattr(self.policy, "place_batch", None)
         if len(jobs) > 1 and batch is not None:
             t0 = wallclock.process_time()  # CPU time: robust to a busy machine
-            steps = batch(self._book.groups, [j.profile for j in jobs])
+            steps = batch(self._open_groups(), [j.profile for j in jobs])
             self._sched_s += wallclock.process_time() - t0
             by_id = {j.profile.job_id: j for j in jobs}
             ids = ScratchIds()
@@ -277,7 +294,7 @@ class ClusterSimulator:
             return
         for job in jobs:
             t0 = wallclock.process_time()
-            placement = self.policy.place(self._book.groups, job.profile)
+            placement = self.policy.place(self._open_groups(), job.profile)
             self._sched_s += wallclock.process_time() - t0
             group, opened = self._book.apply(placement, job.profile)
             self._admit(job, placement, group, opened, now)
@@ -319,7 +336,7 @@ class ClusterSimulator:
         every = own != rt.seen_with  # what it adds where it is changed: all groups
         rt.tried_at, rt.seen_with = len(self._changed), own
         job = rt.trace.profile
-        groups = self._book.groups
+        groups = self._open_groups()
         t0 = wallclock.process_time()
         if rehome:
             offered = groups if every else {g: groups[g] for g in fresh if g in groups}
@@ -375,14 +392,63 @@ class ClusterSimulator:
         rt.last_end = now
         self._turns.iteration_done(job_id)
         if rt.iters_done < rt.trace.n_iters:
-            if self.regroup:
-                self._regroup(rt, now)  # its nodes are idle: a move is safe now
+            # Its nodes are idle: a move is safe now.
+            target = self._replanner.take(job_id)
+            if target is not None:
+                if self._move_keeps_slo(rt, now):
+                    self._move_to(rt, target, now)
+            elif self.regroup and rt.group_id not in self._replanner.forming() and (
+                not self.replan_every_s or self._move_keeps_slo(rt, now)
+            ):
+                self._regroup(rt, now)
             self._enqueue(job_id, PhaseKind.SYNC, now)
             return
         self._outcomes.append(self._outcome(rt))
         self._leave(job_id, now)
         del self._jobs[job_id]
         self._changed.append(rt.group_id)
+
+    # -- re-planning (`replan.py`) ---------------------------------------------
+
+    def _open_groups(self) -> Mapping[int, Group]:
+        """Groups that may take a job: not those a re-plan is still filling."""
+        forming = self._replanner.forming()
+        if not forming:
+            return self._book.groups
+        return {g: grp for g, grp in self._book.groups.items() if g not in forming}
+
+    def _replan(self) -> None:
+        t0 = wallclock.process_time()
+        home = {j: rt.group_id for j, rt in self._jobs.items()}
+        headroom = float(getattr(self.policy, "headroom", 0.0))
+        place_batch = self.policy.place_batch  # type: ignore[attr-defined]  # RollMux has it
+        self._replanner.plan(
+            self._book.groups, home, place_batch, self.spec, headroom, self._turns.joins
+        )
+        self._replan_s += wallclock.process_time() - t0
+
+    def _move_keeps_slo(self, rt: _JobRt, now: float) -> bool:
+        p, k = rt.trace.profile, rt.iters_done
+        done = float(np.sum(p.roll_s * rt.roll_f[:k] + p.sync_s + p.train_s * rt.train_f[:k]))
+        headroom = float(getattr(self.policy, "headroom", 0.0))
+        return move_keeps_slo(
+            p, now - rt.trace.arrival_s, done, rt.trace.n_iters - k, self.spec, headroom
+        )
+
+    def _move_to(self, rt: _JobRt, target: Target, now: float) -> None:
+        """Move a job into its planned group (between its iterations), at a cold start per phase."""
+        job = rt.trace.profile
+        placement, plan_nodes = self._replanner.placement(target, self._book.groups)
+        if len(self._book.groups[rt.group_id].members) > 1:
+            self._changed.append(rt.group_id)  # the group it leaves gains room
+        self._leave(job.job_id, now)
+        group, opened = self._book.apply(placement, job)
+        self._replanner.moved(job.job_id, target, group, plan_nodes, [n.node_id for n in opened])
+        self._open(opened, now)
+        rt.group_id = group.group_id
+        rt.cold = {PhaseKind.ROLLOUT, PhaseKind.TRAIN}
+        self._join(rt, target.order)
+        self._moves += 1
 
     def _open(self, opened: list[Node], now: float) -> None:
         for node in opened:
@@ -400,16 +466,17 @@ class ClusterSimulator:
 
     # -- turns ----------------------------------------------------------------
 
-    def _join(self, rt: _JobRt) -> None:
+    def _join(self, rt: _JobRt, order: float | None = None) -> None:
         job_id = rt.trace.profile.job_id
         group = self._book.groups[rt.group_id]
         pin = group.pinning[job_id]
         partners = [j for j in group.members if j != job_id]
-        self._turns.join(job_id, pin.nodes_for(Pool.ROLLOUT) + pin.train_nodes, partners)
+        self._turns.join(job_id, pin.nodes_for(Pool.ROLLOUT) + pin.train_nodes, partners, order)
 
     def _leave(self, job_id: str, now: float) -> None:
         """Unpin a job; its turns pass to the partners it leaves behind."""
         nids = self._turns.leave(job_id)
+        self._replanner.left(job_id)
         self._release(self._book.remove(job_id), now)
         self._kick([n for n in nids if n in self._nodes], now)
 

@@ -30,7 +30,12 @@ POLICIES = ("solo", "colocated", "random", "greedy", "rollmux")
 
 
 def make_policy(
-    name: str, spec: ClusterSpec, seed: int = 0, rehome: bool = False, share_any: bool = False
+    name: str,
+    spec: ClusterSpec,
+    seed: int = 0,
+    rehome: bool = False,
+    share_any: bool = False,
+    replan_every_h: float = 0.0,
 ) -> SchedulerPolicy:
     if name == "solo":
         return SoloPolicy(spec)
@@ -41,7 +46,9 @@ def make_policy(
     if name == "greedy":
         return GreedyPolicy(spec)
     if name == "rollmux":
-        return RollMuxPolicy(spec, rehome=rehome, share_any=share_any)
+        return RollMuxPolicy(
+            spec, rehome=rehome, share_any=share_any, replan_every_h=replan_every_h
+        )
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
 
 
@@ -52,10 +59,13 @@ def run_policies(
     record: bool = False,
     rehome: bool = False,
     share_any: bool = False,
+    replan_every_h: float = 0.0,
 ) -> dict[str, SimResult]:
     return {
         n: ClusterSimulator(
-            spec, make_policy(n, spec, trace.seed, rehome, share_any), record_phases=record
+            spec,
+            make_policy(n, spec, trace.seed, rehome, share_any, replan_every_h),
+            record_phases=record,
         ).run(trace.jobs)
         for n in names
     }
@@ -80,6 +90,8 @@ def summarize(results: dict[str, SimResult], spec: ClusterSpec) -> dict:
         "scheduler_time_s": {n: round(r.scheduler_time_s, 4) for n, r in results.items()},
         "regroup_time_s": {n: round(r.regroup_time_s, 4) for n, r in results.items() if r.moves},
         "moves": {n: r.moves for n, r in results.items() if r.moves},
+        "replan_time_s": {n: round(r.replan_time_s, 4) for n, r in results.items() if r.replans},
+        "replans": {n: r.replans for n, r in results.items() if r.replans},
         "reference_hours": round(ref_h, 2),
     }
     if "solo" in results:
@@ -111,12 +123,19 @@ def compare(
     rehome: bool = False,
     migration: bool = True,
     share_any: bool = False,
+    replan_every_h: float = 0.0,
 ):
     spec = spec or ClusterSpec(migration=migration)
-    results = run_policies(trace, spec, record=record, rehome=rehome, share_any=share_any)
+    results = run_policies(
+        trace, spec, record=record, rehome=rehome, share_any=share_any, replan_every_h=replan_every_h
+    )
     out = summarize(results, spec)
     out["migration"] = spec.migration
-    out["rollmux_options"] = {"rehome": rehome, "share_any": share_any}
+    out["rollmux_options"] = {
+        "rehome": rehome,
+        "share_any": share_any,
+        "replan_every_h": replan_every_h,
+    }
     out["jobs"] = len(trace.jobs)
     out["seed"] = trace.seed
     out["arrival"] = trace.workload.arrival
@@ -251,23 +270,27 @@ def scale(
     rehome: bool = False,
     migration: bool = True,
     share_any: bool = False,
+    replan_every_h: float = 0.0,
 ) -> dict:
-    """Scheduler CPU time to place every job of an `n_jobs` trace (RollMux), regrouping included."""
+    """Scheduler CPU time to place every job of an `n_jobs` trace (RollMux), moves included."""
     spec = spec or ClusterSpec(migration=migration)
     wl = WorkloadSpec(n_jobs=n_jobs, span_days=14.0 * n_jobs / 200)
     trace = generate_trace(seed, wl)
     t0 = time.perf_counter()
-    policy = RollMuxPolicy(spec, rehome=rehome, share_any=share_any)
+    policy = RollMuxPolicy(
+        spec, rehome=rehome, share_any=share_any, replan_every_h=replan_every_h
+    )
     result = ClusterSimulator(spec, policy).run(trace.jobs)
-    # Offering lone jobs a move between iterations is scheduler work too:
-    # the total counts both, and each part is shown.
-    total = result.scheduler_time_s + result.regroup_time_s
+    # Offering lone jobs a move between iterations, and re-planning, are
+    # scheduler work too: the total counts all, and each part is shown.
+    total = result.scheduler_time_s + result.regroup_time_s + result.replan_time_s
     return {
         "jobs": n_jobs,
         f"scheduler_time_s_{n_jobs}_jobs": round(total, 4),
         "per_job_ms": round(1000 * total / n_jobs, 4),
         "placement_time_s": round(result.scheduler_time_s, 4),
         "regroup_time_s": round(result.regroup_time_s, 4),
+        "replan_time_s": round(result.replan_time_s, 4),
         "moves": result.moves,
         "slo_attainment": round(result.slo_attainment, 4),
         "migration": spec.migration,

@@ -14,6 +14,7 @@ class EventType(StrEnum):
     PHASE_END = "phase_end"  # a rollout or training phase releases its nodes
     SYNC_END = "sync_end"  # weights reached the rollout side: next rollout may queue
     RELEASE = "release"  # a rollout's stragglers migrated: its nodes pass on before it ends
+    REPLAN = "replan"  # re-place the running jobs from scratch; they move between iterations
 
 
 @dataclass(order=True)

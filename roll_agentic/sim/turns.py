@@ -32,14 +32,25 @@ class NodeTurns:
     nodes_of: dict[str, tuple[int, ...]] = field(default_factory=dict)
     round0: dict[str, int] = field(default_factory=dict)  # the round a job's counts start from
     done: dict[str, int] = field(default_factory=dict)  # iterations completed since joining
-    seq: dict[str, int] = field(default_factory=dict)  # join order
+    seq: dict[str, float] = field(default_factory=dict)  # join order (or a planned one)
     joins: int = 0
 
     def round(self, job_id: str) -> int:
         return self.round0[job_id] + self.done[job_id]
 
-    def join(self, job_id: str, node_ids: Iterable[int], partners: Iterable[str]) -> None:
-        """Give `job_id` turns on its nodes from the round its group's `partners` are in."""
+    def join(
+        self,
+        job_id: str,
+        node_ids: Iterable[int],
+        partners: Iterable[str],
+        order: float | None = None,
+    ) -> None:
+        """Give `job_id` turns on its nodes from the round its group's `partners` are in.
+
+        `order`: its place among jobs of the same round, when a re-plan chose
+        it (`replan.py`: members move in as their iterations end, but keep
+        the plan's order); by default, after everyone who joined before.
+        """
         linked = {j: j for j in partners}  # union-find over partners sharing nodes
 
         def root(j: str) -> str:
@@ -60,7 +71,7 @@ class NodeTurns:
         nodes = tuple(sorted(set(node_ids)))
         self.nodes_of[job_id] = nodes
         self.round0[job_id], self.done[job_id] = 0, 0
-        self.seq[job_id] = self.joins
+        self.seq[job_id] = self.joins if order is None else order
         self.joins += 1
         for nid in nodes:
             self.served.setdefault(nid, {})[job_id] = 0

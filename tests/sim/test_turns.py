@@ -40,3 +40,20 @@ def test_leaving_hands_the_turn_on():
     assert t.turn(2) == "a"
     assert t.leave("a") == (1, 2)
     assert t.turn(2) == "b" and t.turn(1) is None
+
+
+def test_a_planned_order_puts_a_later_joiner_first_within_a_round():
+    # A re-plan orders a group's members; they move in whenever their
+    # iterations end. b joins second but was planned first.
+    t = NodeTurns()
+    planned_at = t.joins  # positions planned then: between it and the next join
+    t.join("a", [1], [], order=planned_at + 2 / 3)
+    t.join("b", [1], ["a"], order=planned_at + 1 / 3)
+    t.join("c", [1], ["a", "b"])  # an ordinary joiner after them: after both
+    order = []
+    for _ in range(6):
+        j = t.turn(1)
+        order.append(j)
+        t.started(j, [1])
+        t.iteration_done(j)
+    assert order == ["b", "a", "c"] * 2

@@ -1,0 +1,89 @@
+"""Periodic re-planning: running jobs re-placed from scratch, moved between iterations."""
+
+import pytest
+
+from roll_agentic.mux.group import CandidateKind, GroupBook
+from roll_agentic.mux.placement import RollMuxPolicy, new_group_placement
+from roll_agentic.mux.profile import ClusterSpec, JobProfile
+from roll_agentic.sim.cluster import ClusterSimulator
+from roll_agentic.sim.replan import Replanner, move_keeps_slo
+from roll_agentic.sim.trace import WorkloadSpec, generate_trace
+
+SPEC = ClusterSpec(migration=True)
+
+
+def prof(i: int, rho: float, slo: float = 1.5, n_r: int = 1, n_t: int = 1) -> JobProfile:
+    length = 2000.0
+    return JobProfile(
+        job_id=f"j{i}", kind="balanced", size="small", n_rollout=n_r, n_train=n_t,
+        roll_s=rho * length, train_s=(1 - rho) * length, sync_s=10.0, local_sync_s=2.5,
+        train_mem_gb=100.0, rollout_mem_gb=14.0, slo=slo,
+    )
+
+
+def test_a_move_is_refused_when_the_slo_could_not_absorb_it():
+    p = prof(0, 0.5, slo=1.3)
+    it = p.planned_iter_s
+    # Ten iterations done at solo speed, ninety to go: room for a cold start.
+    assert move_keeps_slo(p, 10 * it, 10 * it, 90, SPEC, 0.05)
+    # At its SLO after ninety, with ten to go: a move (a cold start per phase
+    # and about an iteration while the new group forms) would break it.
+    assert not move_keeps_slo(p, 90 * it * 1.3, 90 * it, 10, SPEC, 0.05)
+    assert move_keeps_slo(p, 90 * it * 1.25, 90 * it, 10, SPEC, 0.05)
+
+
+def test_two_jobs_alone_are_planned_together_and_the_group_forms_as_they_move():
+    a, b = prof(0, 0.7), prof(1, 0.3)  # complementary: one node of each pool serves both
+    book = GroupBook(SPEC)
+    for job in (a, b):
+        book.apply(new_group_placement(job, SPEC), job)
+    home = {j: gid for gid, g in book.groups.items() for j in g.members}
+    replanner = Replanner(margin=0.02)
+    policy = RollMuxPolicy(SPEC)
+    assert replanner.plan(book.groups, home, policy.place_batch, SPEC, policy.headroom, joins=2)
+    assert set(replanner.targets) == {"j0", "j1"} and replanner.replans == 1
+    assert not replanner.plan(book.groups, home, policy.place_batch, SPEC, policy.headroom, 2)
+    # The first to move opens the planned group's nodes...
+    first = replanner.take("j0")
+    placement, plan_nodes = replanner.placement(first, book.groups)
+    assert placement.kind is CandidateKind.NEW_GROUP and len(plan_nodes) == 2
+    book.remove("j0")
+    group, opened = book.apply(placement, a)
+    replanner.moved("j0", first, group, plan_nodes, [n.node_id for n in opened])
+    assert replanner.forming() == {group.group_id}  # nobody else is placed there meanwhile
+    # ...and the second pins to them.
+    second = replanner.take("j1")
+    placement, plan_nodes = replanner.placement(second, book.groups)
+    assert placement.kind is CandidateKind.SHARE and plan_nodes == []
+    assert set(placement.rollout_nodes + placement.train_nodes) == set(group.nodes)
+    book.remove("j1")
+    group, opened = book.apply(placement, b)
+    replanner.moved("j1", second, group, plan_nodes, [n.node_id for n in opened])
+    assert replanner.forming() == set() and len(book.groups) == 1
+    assert list(group.pinning) == sorted(group.pinning, key=lambda j: replanner.order[j])
+
+
+def test_replanning_a_trace_costs_less_and_keeps_every_slo():
+    trace = generate_trace(0, WorkloadSpec(n_jobs=40, span_days=2.0, h_min=12, h_max=36))
+    online = ClusterSimulator(SPEC, RollMuxPolicy(SPEC)).run(trace.jobs)
+    replanned = ClusterSimulator(SPEC, RollMuxPolicy(SPEC, replan_every_h=6.0)).run(trace.jobs)
+    assert online.replans == 0 and online.replan_time_s == 0.0
+    assert replanned.replans > 0 and replanned.moves > online.moves
+    assert replanned.replan_time_s > 0.0
+    assert replanned.slo_attainment == 1.0
+    assert replanned.total_cost < online.total_cost * 0.97
+    assert {j.job_id for j in replanned.jobs} == {j.profile.job_id for j in trace.jobs}
+    assert all(j.iters_done == j.n_iters for j in replanned.jobs)
+
+
+def test_cli_replan_flag(capsys):
+    import json
+
+    from roll_agentic.sim import cli
+
+    cli.main(["compare", "--jobs", "12", "--seed", "1", "--replan", "6", "--json"])
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert doc["rollmux_options"]["replan_every_h"] == 6.0
+    with pytest.raises(SystemExit):
+        cli.main(["compare", "--replan", "-1"])
+    assert "positive number of hours" in capsys.readouterr().err
