@@ -27,7 +27,7 @@ def test_a_move_is_refused_when_the_slo_could_not_absorb_it():
     # Ten iterations done at solo speed, ninety to go: room for a cold start.
     assert move_keeps_slo(p, 10 * it, 10 * it, 90, SPEC, 0.05)
     # At its SLO after ninety, with ten to go: a move (a cold start per phase
-    # and about an iteration while the new group forms) would break it.
+    # and two iterations while the new group forms) would break it.
     assert not move_keeps_slo(p, 90 * it * 1.3, 90 * it, 10, SPEC, 0.05)
     assert move_keeps_slo(p, 90 * it * 1.25, 90 * it, 10, SPEC, 0.05)
 
