@@ -15,9 +15,9 @@ trace it stops the RollMux run, and prices
 Each is $/h per unit of progress (a job at its solo speed makes 1), on the
 plans' typical phase lengths (`profile.planned`), so the figures compare
 placements, not the luck of one run's phase lengths. A `repacked` well
-below `online` is room a periodic re-plan could win back, less the cold
-starts and the overlap of old and new nodes that moving there would cost
-(neither is counted here).
+below `online` is room a periodic re-plan (`replan.py`, `--replan HOURS`)
+can win back, less the cold starts and the overlap of old and new nodes
+that moving there costs (neither is counted here).
 """
 
 from __future__ import annotations
