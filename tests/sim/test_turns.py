@@ -3,17 +3,22 @@
 from roll_agentic.sim.turns import NodeTurns
 
 
+def served(t: NodeTurns, node: int, phases: int) -> list[str]:
+    """Whom `node` serves, phase after phase, each job ready at once."""
+    order = []
+    for _ in range(phases):
+        j = t.turn(node)
+        order.append(j)
+        t.started(j, [node])
+        t.iteration_done(j)
+    return order
+
+
 def test_jobs_on_a_node_alternate_whoever_is_ready_first():
     t = NodeTurns()
     t.join("a", [1], [])
     t.join("b", [1], ["a"])
-    order = []
-    for _ in range(6):
-        j = t.turn(1)
-        order.append(j)
-        t.started(j, [1])
-        t.iteration_done(j)
-    assert order == ["a", "b"] * 3
+    assert served(t, 1, 6) == ["a", "b"] * 3
 
 
 def test_a_newcomer_tying_drifted_partners_together_waits_one_phase_at_most():
@@ -50,10 +55,4 @@ def test_a_planned_order_puts_a_later_joiner_first_within_a_round():
     t.join("a", [1], [], order=planned_at + 2 / 3)
     t.join("b", [1], ["a"], order=planned_at + 1 / 3)
     t.join("c", [1], ["a", "b"])  # an ordinary joiner after them: after both
-    order = []
-    for _ in range(6):
-        j = t.turn(1)
-        order.append(j)
-        t.started(j, [1])
-        t.iteration_done(j)
-    assert order == ["b", "a", "c"] * 2
+    assert served(t, 1, 6) == ["b", "a", "c"] * 2
