@@ -31,7 +31,9 @@ What it models (and what it does not):
   cloud always has another node.
 - A policy with `regroup` set may move a job left alone in its group to
   another group between two iterations; the move pays a cold start on
-  each of its first phases there (`_regroup`).
+  each of its first phases there (`_regroup`). One with `replan_every_h`
+  re-places every running job now and then and moves them the same way
+  (`replan.py`).
 - Not modelled: node failures, network contention between jobs' syncs,
   partial-node allocations, the cold load of a job's very first phase
   (identical across policies).
@@ -52,6 +54,7 @@ from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseKind, Pool
 from roll_agentic.mux.round_robin import PhaseSpec
 from roll_agentic.sim.events import EventQueue, EventType
 from roll_agentic.sim.replan import Replanner, Target, move_keeps_slo
+from roll_agentic.sim.sim_result import Allocation, JobOutcome, PhaseRecord, SimResult
 from roll_agentic.sim.trace import (
     ROLL_FACTOR_MEDIAN,
     ROLL_FACTOR_SIGMA,
@@ -76,82 +79,6 @@ def solo_iteration_s(job: TraceJob) -> np.ndarray:
 
 
 @dataclass
-class PhaseRecord:
-    node_id: int
-    pool: str
-    job_id: str
-    kind: str
-    start: float
-    end: float  # when the node passed on: a migrated rollout's stragglers run on past it
-
-
-@dataclass
-class Allocation:
-    node_id: int
-    pool: str
-    price_per_hour: float
-    opened: float
-    closed: float = float("nan")
-
-
-@dataclass
-class JobOutcome:
-    job_id: str
-    arrival: float
-    end: float  # end of the last completed iteration (incl. its sync)
-    iters_done: int
-    n_iters: int
-    solo_s: float  # the same iterations run alone
-    slo: float
-
-    @property
-    def slowdown(self) -> float:
-        return (self.end - self.arrival) / self.solo_s if self.solo_s > 0 else float("inf")
-
-    @property
-    def attained(self) -> bool:
-        return self.iters_done > 0 and self.slowdown <= self.slo + 1e-9
-
-
-@dataclass
-class SimResult:
-    policy: str
-    allocations: list[Allocation]
-    jobs: list[JobOutcome]
-    busy_gpu_s: dict[str, float]
-    scheduler_time_s: float
-    end_time: float
-    phases: list[PhaseRecord] = field(default_factory=list)
-    regroup_time_s: float = 0.0  # policy CPU time spent offering lone jobs a move
-    moves: int = 0  # jobs moved to another group between iterations
-    replan_time_s: float = 0.0  # policy CPU time spent re-placing running jobs (`replan.py`)
-    replans: int = 0  # re-plans adopted
-
-    @property
-    def total_cost(self) -> float:
-        return sum(a.price_per_hour * (a.closed - a.opened) / 3600.0 for a in self.allocations)
-
-    def node_gpu_s(self, spec: ClusterSpec) -> dict[str, float]:
-        out = {p.value: 0.0 for p in Pool}
-        for a in self.allocations:
-            out[a.pool] += (a.closed - a.opened) * spec.node_class(Pool(a.pool)).gpus_per_node
-        return out
-
-    def utilization(self, spec: ClusterSpec) -> float:
-        alloc = sum(self.node_gpu_s(spec).values())
-        return sum(self.busy_gpu_s.values()) / alloc if alloc > 0 else 0.0
-
-    def pool_utilization(self, spec: ClusterSpec) -> dict[str, float | None]:
-        """Busy share of the allocated GPU time, per pool (where the idle time sits); None: none allocated."""
-        alloc = self.node_gpu_s(spec)
-        return {p: self.busy_gpu_s[p] / a if a > 0 else None for p, a in alloc.items()}
-
-    @property
-    def slo_attainment(self) -> float:
-        return sum(j.attained for j in self.jobs) / len(self.jobs) if self.jobs else 1.0
-
-
-@dataclass
 class _JobRt:
     trace: TraceJob
     roll_f: np.ndarray
@@ -165,6 +92,11 @@ class _JobRt:
     content_with: tuple[str, ...] = ()  # members with which no move could pay (rehome)
     pending: PhaseSpec | None = None  # queued, waiting for its turn or its nodes
     handed_on: bool = False  # its running rollout already passed its nodes on (migration)
+
+    def solo_done_s(self) -> float:
+        """How long the iterations it completed take alone."""
+        p, k = self.trace.profile, self.iters_done
+        return float(np.sum(p.roll_s * self.roll_f[:k] + p.sync_s + p.train_s * self.train_f[:k]))
 
 
 @dataclass
@@ -428,12 +360,10 @@ class ClusterSimulator:
         self._replan_s += wallclock.process_time() - t0
 
     def _move_keeps_slo(self, rt: _JobRt, now: float) -> bool:
-        p, k = rt.trace.profile, rt.iters_done
-        done = float(np.sum(p.roll_s * rt.roll_f[:k] + p.sync_s + p.train_s * rt.train_f[:k]))
         headroom = float(getattr(self.policy, "headroom", 0.0))
-        return move_keeps_slo(
-            p, now - rt.trace.arrival_s, done, rt.trace.n_iters - k, self.spec, headroom
-        )
+        left = rt.trace.n_iters - rt.iters_done
+        elapsed = now - rt.trace.arrival_s
+        return move_keeps_slo(rt.trace.profile, elapsed, rt.solo_done_s(), left, self.spec, headroom)
 
     def _move_to(self, rt: _JobRt, target: Target, now: float) -> None:
         """Move a job into its planned group (between its iterations), at a cold start per phase."""
@@ -549,8 +479,12 @@ class ClusterSimulator:
 
     def _outcome(self, rt: _JobRt) -> JobOutcome:
         p: JobProfile = rt.trace.profile
-        k = rt.iters_done
-        solo = float(np.sum(p.roll_s * rt.roll_f[:k] + p.sync_s + p.train_s * rt.train_f[:k]))
         return JobOutcome(
-            p.job_id, rt.trace.arrival_s, rt.last_end, k, rt.trace.n_iters, solo, p.slo
+            p.job_id,
+            rt.trace.arrival_s,
+            rt.last_end,
+            rt.iters_done,
+            rt.trace.n_iters,
+            rt.solo_done_s(),
+            p.slo,
         )

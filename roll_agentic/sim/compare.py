@@ -22,8 +22,9 @@ from roll_agentic.mux.placement import RollMuxPolicy
 from roll_agentic.mux.policy import SchedulerPolicy
 from roll_agentic.mux.profile import ClusterSpec, Pool
 from roll_agentic.sim.baselines import ColocatedPolicy, GreedyPolicy, RandomPolicy, SoloPolicy
-from roll_agentic.sim.cluster import ClusterSimulator, SimResult
+from roll_agentic.sim.cluster import ClusterSimulator
 from roll_agentic.sim.optimal import ReplayPolicy, plan_objective, solve
+from roll_agentic.sim.sim_result import SimResult
 from roll_agentic.sim.trace import Trace, TraceJob, WorkloadSpec, generate_trace
 
 POLICIES = ("solo", "colocated", "random", "greedy", "rollmux")

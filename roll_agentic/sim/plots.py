@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display on cluster or CI machines
 import matplotlib.pyplot as plt  # noqa: E402
 
-from roll_agentic.sim.cluster import SimResult  # noqa: E402
+from roll_agentic.sim.sim_result import SimResult  # noqa: E402
 
 
 def gantt(result: SimResult, path: Path, max_nodes: int = 40, window_h: float = 12.0) -> None:

@@ -73,7 +73,7 @@ class Replanner:
 
     def forming(self) -> set[int]:
         """Real groups still waiting for planned members."""
-        return {self.group_of[k] for k, n in self.pending.items() if n > 0 and k in self.group_of}
+        return {self.group_of[k] for k in self.pending if k in self.group_of}
 
     def plan(
         self,
@@ -100,6 +100,10 @@ class Replanner:
         if assessor.objective(plan.groups.values()) >= current * (1.0 - self.margin):
             return False
         self.replans += 1
+        # Every earlier plan is carried out (no target was left): forget its ids.
+        self.pending.clear()
+        self.group_of.clear()
+        self.node_of.clear()
         for g in plan.groups.values():
             homes = {home[j] for j in g.members}
             if len(homes) == 1:
@@ -117,6 +121,8 @@ class Replanner:
         target = self.targets.pop(job_id, None)
         if target is not None:
             self.pending[target.key] -= 1
+            if not self.pending[target.key]:
+                del self.pending[target.key]  # formed: open to others again
         return target
 
     def placement(self, target: Target, groups: Mapping[int, Group]) -> tuple[Placement, list[int]]:
