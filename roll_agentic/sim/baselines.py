@@ -23,7 +23,7 @@ import numpy as np
 from roll_agentic.mux.group import CandidateKind, Group, Placement
 from roll_agentic.mux.placement import group_candidates, new_group_placement
 from roll_agentic.mux.policy import RoundRobinPhases
-from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool, phase_times
+from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseTimes, Pool, phase_times
 
 
 @dataclass
@@ -35,12 +35,16 @@ class SoloPolicy(RoundRobinPhases):
         return new_group_placement(job, self.spec)
 
 
+def colocated_iter_s(times: PhaseTimes, spec: ClusterSpec) -> float:
+    """A co-located iteration: both phases on the same GPUs, swapping engine and trainer twice."""
+    return times.iter_s + 2 * spec.warm_switch_s
+
+
 def colocated_nodes(job: JobProfile, spec: ClusterSpec, headroom: float = 0.0) -> int:
     """Fewest training-class nodes that run both phases within the job's SLO."""
     cap = job.n_train + job.n_rollout
     for n in range(job.n_train, cap + 1):
-        t = phase_times(job, 0, n, True, spec)
-        iter_s = t.iter_s + 2 * spec.warm_switch_s  # engine <-> trainer swap, twice
+        iter_s = colocated_iter_s(phase_times(job, 0, n, True, spec), spec)
         if iter_s * (1.0 + headroom) <= job.slo * job.solo_iter_s:
             return n
     return cap

@@ -30,7 +30,7 @@ from roll_agentic.mux.batch import GroupAssessor, apply_batch
 from roll_agentic.mux.group import GroupBook
 from roll_agentic.mux.placement import SLO_HEADROOM, RollMuxPolicy
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool, phase_times, planned
-from roll_agentic.sim.baselines import ColocatedPolicy, colocated_nodes
+from roll_agentic.sim.baselines import ColocatedPolicy, colocated_iter_s, colocated_nodes
 from roll_agentic.sim.cluster import ClusterSimulator
 from roll_agentic.sim.trace import Trace
 
@@ -42,7 +42,7 @@ def colocated_per_progress(jobs: list[JobProfile], spec: ClusterSpec, headroom: 
         n = colocated_nodes(job, spec, headroom)
         t = planned(phase_times(job, 0, n, True, spec), job)
         cost += n * spec.price(Pool.TRAIN)
-        rate += min(1.0, job.planned_iter_s / (t.iter_s + 2 * spec.warm_switch_s))
+        rate += min(1.0, job.planned_iter_s / colocated_iter_s(t, spec))
     return cost / rate
 
 
