@@ -17,7 +17,7 @@ from roll_agentic.mux.group import Group, is_saturated
 from roll_agentic.mux.mux_config import MuxConfig
 from roll_agentic.mux.placement import group_candidates, memory_ok
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, NodeClass, phase_times, planned
-from roll_agentic.mux.round_robin import MemberPlan, evaluate_round_robin, members_of
+from roll_agentic.mux.round_robin import MemberPlan, evaluate_on, members_of
 
 GB = 1e9  # the policy counts host memory in GB; the mux config in bytes
 ARCH_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
@@ -95,7 +95,7 @@ def _group_reason(group: Group, job: JobProfile, spec: ClusterSpec, headroom: fl
     plans = [*members_of(group, spec),
              MemberPlan(planned(phase_times(job, len(rollout), len(cand.train_nodes), False, spec), job),
                         rollout, cand.train_nodes)]
-    periods = evaluate_round_robin(plans, switch_s=spec.warm_switch_s)
+    periods = evaluate_on(plans, spec)
     members = [*group.members.values(), job]
     worst = max(zip(members, periods, strict=True), key=lambda mp: mp[1] / (mp[0].slo * mp[0].planned_iter_s))
     p, t = worst

@@ -34,7 +34,7 @@ import numpy as np
 from roll_agentic.mux.group import Group, GroupBook, Node, Placement
 from roll_agentic.mux.profile import ClusterSpec, JobProfile
 from roll_agentic.mux.round_robin import (
-    evaluate_round_robin,
+    evaluate_on,
     members_of,
     progress_rate,
     slo_periods_ok,
@@ -61,9 +61,7 @@ class GroupAssessor:
         key = (tuple(group.pinning), signature(group))
         hit = self._memo.get(key)
         if hit is None:
-            periods = evaluate_round_robin(
-                members_of(group, self.spec), switch_s=self.spec.warm_switch_s
-            )
+            periods = evaluate_on(members_of(group, self.spec), self.spec)
             profiles = list(group.members.values())
             # Alone, a job runs at solo speed by definition.
             ok = len(profiles) == 1 or slo_periods_ok(periods, profiles, self.headroom)

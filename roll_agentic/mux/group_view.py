@@ -14,7 +14,7 @@ from roll_agentic.mux.group import Group
 from roll_agentic.mux.profile import ClusterSpec, Pool
 from roll_agentic.mux.round_robin import (
     MemberPlan,
-    evaluate_round_robin,
+    evaluate_on,
     members_of,
     progress_rate,
 )
@@ -58,7 +58,7 @@ def view_of(group: Group, spec: ClusterSpec, rate: float | None = None) -> Group
     colocated = any(p.colocated for p in group.pinning.values())
     budget = min(p.slo * p.planned_iter_s for p in group.members.values())
     if rate is None:
-        periods = evaluate_round_robin(plans, switch_s=spec.warm_switch_s) if len(plans) > 1 else []
+        periods = evaluate_on(plans, spec) if len(plans) > 1 else []
         rate = progress_rate(periods, list(group.members.values()))
     return GroupView(
         tuple(group.pinning),

@@ -53,7 +53,7 @@ from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool, phase_times,
 from roll_agentic.mux.rehome import MoveOffer, Rehomer
 from roll_agentic.mux.round_robin import (
     MemberPlan,
-    evaluate_round_robin,
+    evaluate_on,
     members_of,
     progress_rate,
     slo_periods_ok,
@@ -121,7 +121,7 @@ def slo_ok(
 ) -> bool:
     """Would every member, the newcomer included, keep its SLO in round robin?"""
     plans = _with_job(group, job, placement, spec)
-    return _slo_met(plans, [*group.members.values(), job], spec.warm_switch_s, headroom)
+    return slo_periods_ok(evaluate_on(plans, spec), [*group.members.values(), job], headroom)
 
 
 def _pack_or_add_rollout(
@@ -387,7 +387,7 @@ class RollMuxPolicy(RoundRobinPhases):
             )
             profiles = [*group.members.values(), job]
             checks += 1
-            periods = evaluate_round_robin([*view.plans, plan], switch_s=switch)
+            periods = evaluate_on([*view.plans, plan], spec)
             if not slo_periods_ok(periods, profiles, self.headroom):
                 continue
             kind = CandidateKind.PACK if extra == 0 else CandidateKind.ADD_ROLLOUT
@@ -411,8 +411,3 @@ class RollMuxPolicy(RoundRobinPhases):
             self._joined[best.group_id] = joined
         return best, best_score if best is not fallback else fallback_score
 
-
-def _slo_met(
-    plans: list[MemberPlan], profiles: list[JobProfile], switch_s: float, headroom: float
-) -> bool:
-    return slo_periods_ok(evaluate_round_robin(plans, switch_s=switch_s), profiles, headroom)

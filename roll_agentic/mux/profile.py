@@ -79,6 +79,14 @@ class ClusterSpec:
     # then hold a job's rollout nodes for `JobProfile.tail_hold` of its
     # phase. Off by default: the real multiplexer does not migrate yet.
     migration: bool = False
+    # Rollout nodes serve queued rollouts first come, first served instead of
+    # in turns (training nodes keep theirs). Turns lock every job that shares
+    # a node to the slowest one's pace (`round_robin._locked_periods`), so a
+    # rollout node shared by jobs on different training nodes slows the
+    # faster ones to the slowest; with migration a rollout holds its nodes
+    # for about a third of its length, and a short wait in a queue costs
+    # less. Not in the paper; off by default (`sim compare --rollout-fifo`).
+    rollout_fifo: bool = False
 
     def node_class(self, pool: Pool) -> NodeClass:
         return self.rollout if pool is Pool.ROLLOUT else self.train

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from roll_agentic.mux.group import Group, Placement
 from roll_agentic.mux.group_view import GroupView
 from roll_agentic.mux.profile import ClusterSpec
-from roll_agentic.mux.round_robin import evaluate_round_robin, progress_rate
+from roll_agentic.mux.round_robin import evaluate_on, progress_rate
 
 if TYPE_CHECKING:
     from roll_agentic.mux.placement import RollMuxPolicy
@@ -53,7 +53,7 @@ def member_adds(view: GroupView, group: Group, job_id: str, spec: ClusterSpec) -
         profiles = [p for j, p in group.members.items() if j != job_id]
         rate = 1.0  # alone, a job runs at solo speed
         if len(rest) > 1:
-            rate = progress_rate(evaluate_round_robin(rest, switch_s=spec.warm_switch_s), profiles)
+            rate = progress_rate(evaluate_on(rest, spec), profiles)
         adds = view.cost * n / view.rate - (view.cost - own) * (n - 1) / rate
     view.adds[job_id] = adds
     return adds

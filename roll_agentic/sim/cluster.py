@@ -382,6 +382,8 @@ class ClusterSimulator:
 
     def _open(self, opened: list[Node], now: float) -> None:
         for node in opened:
+            if self.spec.rollout_fifo and node.pool is Pool.ROLLOUT:
+                self._turns.fifo.add(node.node_id)
             self._nodes[node.node_id] = _NodeRt(node)
             self._allocs[node.node_id] = Allocation(
                 node.node_id, node.pool.value, self.spec.price(node.pool), now
@@ -393,6 +395,7 @@ class ClusterSimulator:
             alloc.closed = now
             self._done_allocs.append(alloc)
             del self._nodes[node.node_id]
+            self._turns.fifo.discard(node.node_id)
 
     # -- turns ----------------------------------------------------------------
 
@@ -430,6 +433,8 @@ class ClusterSimulator:
                 self._events.push(now + sync_s, EventType.SYNC_END, job_id)
                 continue
             self._jobs[job_id].pending = ph
+            if ph.kind is PhaseKind.ROLLOUT and self.spec.rollout_fifo:
+                self._turns.queue_rollout(job_id)
             self._try_start(ph, now)
 
     def _try_start(self, ph: PhaseSpec, now: float) -> None:

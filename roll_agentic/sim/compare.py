@@ -125,13 +125,15 @@ def compare(
     migration: bool = True,
     share_any: bool = False,
     replan_every_h: float = 0.0,
+    rollout_fifo: bool = False,
 ):
-    spec = spec or ClusterSpec(migration=migration)
+    spec = spec or ClusterSpec(migration=migration, rollout_fifo=rollout_fifo)
     results = run_policies(
         trace, spec, record=record, rehome=rehome, share_any=share_any, replan_every_h=replan_every_h
     )
     out = summarize(results, spec)
     out["migration"] = spec.migration
+    out["rollout_fifo"] = spec.rollout_fifo
     out["rollmux_options"] = {
         "rehome": rehome,
         "share_any": share_any,
@@ -164,6 +166,7 @@ def optimality(
     rehome: bool = False,
     batch: bool = True,
     migration: bool = True,
+    rollout_fifo: bool = False,
 ) -> dict:
     """RollMux versus the brute-force optimum on small static instances.
 
@@ -184,7 +187,7 @@ def optimality(
     optimum's on the same instances: what any placement of these jobs
     could save, the yardstick for `sim compare`'s savings.
     """
-    spec = spec or ClusterSpec(migration=migration)
+    spec = spec or ClusterSpec(migration=migration, rollout_fifo=rollout_fifo)
     rng = np.random.default_rng(seed)
     ratios: list[float] = []
     slo: list[float] = []
@@ -260,6 +263,7 @@ def optimality(
         "rehome": rehome,
         "batch": batch,
         "migration": spec.migration,
+        "rollout_fifo": spec.rollout_fifo,
         "per_instance": rows,
     }
 
@@ -272,9 +276,10 @@ def scale(
     migration: bool = True,
     share_any: bool = False,
     replan_every_h: float = 0.0,
+    rollout_fifo: bool = False,
 ) -> dict:
     """Scheduler CPU time to place every job of an `n_jobs` trace (RollMux), moves included."""
-    spec = spec or ClusterSpec(migration=migration)
+    spec = spec or ClusterSpec(migration=migration, rollout_fifo=rollout_fifo)
     wl = WorkloadSpec(n_jobs=n_jobs, span_days=14.0 * n_jobs / 200)
     trace = generate_trace(seed, wl)
     t0 = time.perf_counter()
@@ -295,5 +300,6 @@ def scale(
         "moves": result.moves,
         "slo_attainment": round(result.slo_attainment, 4),
         "migration": spec.migration,
+        "rollout_fifo": spec.rollout_fifo,
         "simulation_wall_s": round(time.perf_counter() - t0, 2),
     }

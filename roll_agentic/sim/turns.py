@@ -16,6 +16,12 @@ renumbered so that its leading round is round 0 (order within a set is
 kept), and the newcomer starts at round 0, last in join order: after its
 partners' phases of this round, before their next ones. Renumbering keeps
 every gang's key equal on all its nodes, so no gang deadlocks.
+
+Rollout nodes in `fifo` (`ClusterSpec.rollout_fifo`) take no turns: they
+serve the rollouts queued on them in the order they were queued. A gang's
+key there is its place in that one queue, the same on all its nodes, so
+gangs cannot deadlock there either; and such nodes link no partners when
+a newcomer joins (there is no round to align).
 """
 
 from __future__ import annotations
@@ -34,6 +40,9 @@ class NodeTurns:
     done: dict[str, int] = field(default_factory=dict)  # iterations completed since joining
     seq: dict[str, float] = field(default_factory=dict)  # join order (or a planned one)
     joins: int = 0
+    fifo: set[int] = field(default_factory=set)  # rollout nodes that serve in queue order
+    queued: dict[str, int] = field(default_factory=dict)  # job: its queued rollout's place
+    _queue_len: int = 0
 
     def round(self, job_id: str) -> int:
         return self.round0[job_id] + self.done[job_id]
@@ -60,6 +69,8 @@ class NodeTurns:
 
         for j in linked:
             for nid in self.nodes_of[j]:
+                if nid in self.fifo:
+                    continue
                 for k in self.served[nid]:
                     linked[root(k)] = root(j)
         lead: dict[str, int] = {}
@@ -85,6 +96,7 @@ class NodeTurns:
                 del self.served[nid]
         for d in (self.round0, self.done, self.seq):
             del d[job_id]
+        self.queued.pop(job_id, None)
         return nodes
 
     def turn(self, node_id: int) -> str | None:
@@ -92,12 +104,21 @@ class NodeTurns:
         on = self.served.get(node_id)
         if not on:
             return None
+        if node_id in self.fifo:
+            waiting = [(self.queued[j], j) for j in on if j in self.queued]
+            return min(waiting)[1] if waiting else None
         return node_turn({j: (self.round0[j] + n, self.seq[j]) for j, n in on.items()})
 
     def holds_turn(self, job_id: str, node_ids: Iterable[int]) -> bool:
         return all(self.turn(nid) == job_id for nid in node_ids)
 
+    def queue_rollout(self, job_id: str) -> None:
+        """A rollout of `job_id` waits: its place in the queue of the FIFO nodes."""
+        self._queue_len += 1
+        self.queued[job_id] = self._queue_len
+
     def started(self, job_id: str, node_ids: Iterable[int]) -> None:
+        self.queued.pop(job_id, None)
         for nid in node_ids:
             self.served[nid][job_id] += 1
 

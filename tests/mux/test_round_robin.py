@@ -147,3 +147,28 @@ def test_members_linked_by_shared_nodes_run_at_the_slowest_ones_pace():
     assert periods[:3] == [pytest.approx(c.times.iter_s)] * 3
     assert periods[3] == 500
     assert _evaluate_by_events([a, b, c, alone], 15, 0.0) == pytest.approx(periods)
+
+
+def test_fifo_rollout_nodes_let_jobs_that_share_only_them_keep_their_own_pace():
+    # The three jobs above share rollout nodes 0 and 1 but no training node.
+    # Taking turns there locks all three to the slowest one's pace; served
+    # first come, first served, each runs at its own pace plus a short wait
+    # behind the others' short (migrated) holds.
+    a = MemberPlan(PhaseTimes(907.8, 920.6, 10.6, roll_hold_s=293.4), (0, 1), (2,))
+    b = MemberPlan(PhaseTimes(572.3, 1113.3, 7.8, roll_hold_s=175.0), (0,), (3,))
+    c = MemberPlan(PhaseTimes(881.0, 1040.4, 10.6, roll_hold_s=281.0), (0, 1), (4,))
+    turns = evaluate_round_robin([a, b, c])
+    fifo = evaluate_round_robin([a, b, c], fifo_rollout=True)
+    assert fifo[1] < turns[1] - 50  # b, the fastest, is no longer held to c's pace
+    for m, t in zip((a, b, c), fifo, strict=True):
+        assert m.times.iter_s - 1e-6 <= t <= m.times.iter_s + 300 + 1e-6  # at most a hold's wait
+
+
+def test_fifo_rollout_keeps_members_on_one_training_node_in_turns():
+    # Sharing the training node, the two still alternate there: one
+    # rollout and one training phase each per meta-iteration.
+    a = MemberPlan(PhaseTimes(600, 400, 10, roll_hold_s=200.0), (0,), (2,))
+    b = MemberPlan(PhaseTimes(300, 300, 10, roll_hold_s=100.0), (1,), (2,))
+    periods = evaluate_round_robin([a, b], fifo_rollout=True)
+    assert periods[0] == pytest.approx(periods[1])
+    assert periods == pytest.approx(evaluate_round_robin([a, b]))  # no shared rollout node

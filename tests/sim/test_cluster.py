@@ -175,6 +175,18 @@ def test_crowded_gangs_never_deadlock():
         assert all(o.iters_done == o.n_iters for o in r.jobs)
 
 
+def test_fifo_rollout_nodes_never_deadlock_and_runs_keep_their_plans():
+    # Rollout nodes in queue order, training nodes in turns: overlapping
+    # gangs still all finish, and RollMux sharing rollout nodes across
+    # training nodes (share_any) keeps every SLO its plans promised.
+    fifo = ClusterSpec(migration=True, rollout_fifo=True)
+    trace = generate_trace(5, WorkloadSpec(n_jobs=30, span_days=1.0, h_min=2, h_max=6))
+    for policy in (GreedyPolicy(fifo), RollMuxPolicy(fifo, share_any=True)):
+        r = ClusterSimulator(fifo, policy).run(trace.jobs)
+        assert all(o.iters_done == o.n_iters for o in r.jobs)
+    assert r.slo_attainment == 1.0
+
+
 def test_migration_starts_a_rollout_on_the_tail_of_another_and_pays_off():
     # Two 1260 s rollouts cannot share one node within a 1.3 SLO back to
     # back (2 x 1260 s a cycle); with the stragglers moved off after 30 % of

@@ -86,6 +86,12 @@ def test_cli_compare_json_last_line_and_plots(tmp_path, capsys):
         plain["migration"] is False
         and plain["cost_per_hour"]["solo"] == doc["cost_per_hour"]["solo"]
     )
+    assert doc["rollout_fifo"] is False  # rollout nodes take turns unless asked
+    cli.main(["compare", "--trace", str(trace_file), "--json", "--rollout-fifo", "--share-any"])
+    fifo = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert fifo["rollout_fifo"] is True and fifo["rollmux_options"]["share_any"] is True
+    assert fifo["cost_per_hour"]["solo"] == doc["cost_per_hour"]["solo"]  # dedicated nodes: no queue
+    assert fifo["slo_attainment"]["rollmux"] == 1.0
 
 
 def test_cli_affinity_and_human_table(capsys):

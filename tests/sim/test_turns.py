@@ -56,3 +56,34 @@ def test_a_planned_order_puts_a_later_joiner_first_within_a_round():
     t.join("b", [1], ["a"], order=planned_at + 1 / 3)
     t.join("c", [1], ["a", "b"])  # an ordinary joiner after them: after both
     assert served(t, 1, 6) == ["b", "a", "c"] * 2
+
+
+def test_a_fifo_rollout_node_serves_in_queue_order_and_lets_a_fast_job_lap():
+    t = NodeTurns(fifo={1})
+    t.join("a", [1, 2], [])
+    t.join("b", [1, 3], ["a"])
+    assert t.turn(1) is None  # nothing queued: it waits for no one
+    t.queue_rollout("b")
+    t.queue_rollout("a")
+    assert t.turn(1) == "b" and not t.holds_turn("a", [1])  # queued first, served first
+    t.started("b", [1])
+    assert t.turn(1) == "a"
+    t.started("a", [1])
+    t.queue_rollout("b")  # b is back before a: it goes again, no turn to wait for
+    assert t.turn(1) == "b"
+
+
+def test_a_fifo_node_links_no_partners_when_a_newcomer_joins():
+    # a and b share only the FIFO rollout node 1, so their rounds drift
+    # apart freely; a newcomer on b's training node 3 must not be made to
+    # wait for b to catch up with a's round.
+    t = NodeTurns(fifo={1})
+    t.join("a", [1, 2], [])
+    t.join("b", [1, 3], ["a"])
+    for _ in range(10):
+        t.started("a", [2])
+        t.iteration_done("a")
+    t.join("c", [3], ["a", "b"])
+    assert t.turn(3) == "b"
+    t.started("b", [3])
+    assert t.turn(3) == "c"
