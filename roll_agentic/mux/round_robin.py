@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from roll_agentic.mux.fifo_rollout import fifo_train_ends
 from roll_agentic.mux.group import Group, Pinning
 from roll_agentic.mux.profile import (
     ClusterSpec,
@@ -162,10 +163,12 @@ def evaluate_round_robin(
     previous phase (plus sync) and the previous phase on each of its nodes.
     That is a recursion in meta-iteration then join order, computed here
     without an event queue (this runs inside every SLO check, thousands of
-    times per trace). A node that serves both pools (a co-located member)
-    has two turns per meta-iteration: `_evaluate_by_events` runs that case,
-    and the case of rollout nodes that serve queued rollouts first come,
-    first served instead of in turns (`fifo_rollout`, `ClusterSpec.rollout_fifo`).
+    times per trace). Rollout nodes that serve queued rollouts first come,
+    first served instead of in turns (`fifo_rollout`,
+    `ClusterSpec.rollout_fifo`) take a recursion of their own
+    (`fifo_rollout.fifo_train_ends`). A node that serves both pools (a
+    co-located member) has two turns per meta-iteration:
+    `_evaluate_by_events` runs that case.
     """
     if meta_iterations is None:
         meta_iterations = 6 + 3 * len(members)
@@ -176,9 +179,22 @@ def evaluate_round_robin(
         roll_nodes.append([index.setdefault(n, len(index)) for n in m.rollout_nodes])
         train_nodes.append([index.setdefault(n, len(index)) for n in m.train_nodes])
     in_roll = {n for ns in roll_nodes for n in ns}
-    if fifo_rollout or any(n in in_roll for ns in train_nodes for n in ns):
+    if any(n in in_roll for ns in train_nodes for n in ns):
         return _evaluate_by_events(members, meta_iterations, switch_s, fifo_rollout)
     n_nodes = len(index)
+    if fifo_rollout:
+        ends = fifo_train_ends(
+            roll_nodes,
+            train_nodes,
+            [m.times.roll_s for m in members],
+            [min(m.times.roll_node_s * FIFO_HOLD_MARGIN, m.times.roll_s) for m in members],
+            [m.times.train_s for m in members],
+            [m.times.sync_s for m in members],
+            n_nodes,
+            meta_iterations,
+            switch_s,
+        )
+        return _locked_periods([_steady_period(e) for e in ends], members, fifo_rollout)
     free = [0.0] * n_nodes  # when each node's previous phase ends
     last = [-1] * n_nodes  # its previous phase: 2 * member (+1 for training)
     ready = [0.0] * len(members)  # when each member's next rollout may start

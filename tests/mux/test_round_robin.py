@@ -172,3 +172,33 @@ def test_fifo_rollout_keeps_members_on_one_training_node_in_turns():
     periods = evaluate_round_robin([a, b], fifo_rollout=True)
     assert periods[0] == pytest.approx(periods[1])
     assert periods == pytest.approx(evaluate_round_robin([a, b]))  # no shared rollout node
+
+
+@st.composite
+def fifo_groups(draw):
+    """1-6 members over a few rollout nodes (FIFO) and training nodes (turns), gangs included."""
+    n = draw(st.integers(1, 6))
+    members = []
+    for _ in range(n):
+        roll = draw(st.floats(100, 1000))
+        hold = draw(st.one_of(st.none(), st.floats(0.2, 1.0).map(lambda f, r=roll: f * r)))
+        r_nodes = draw(st.lists(st.integers(0, 3), min_size=1, max_size=2, unique=True))
+        t_nodes = draw(st.lists(st.integers(10, 12), min_size=1, max_size=2, unique=True))
+        members.append(
+            MemberPlan(
+                PhaseTimes(roll, draw(st.floats(100, 1000)), draw(st.floats(0, 30)), hold),
+                tuple(sorted(r_nodes)),
+                tuple(sorted(t_nodes)),
+            )
+        )
+    return members
+
+
+@settings(max_examples=300, deadline=None)
+@given(fifo_groups(), st.sampled_from([0.0, 1.9]))
+def test_fifo_recursion_agrees_with_the_event_run(members, switch_s):
+    # `fifo_rollout.fifo_train_ends` computes the schedule without events,
+    # for speed inside every SLO check; the event run is the reference.
+    fast = evaluate_round_robin(members, switch_s=switch_s, fifo_rollout=True)
+    slow = _evaluate_by_events(members, 6 + 3 * len(members), switch_s, fifo_rollout=True)
+    assert fast == pytest.approx(slow, rel=1e-9)
