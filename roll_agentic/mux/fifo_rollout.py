@@ -79,17 +79,22 @@ def fifo_train_ends(
                 return False
         return True
 
-    def train(j: int) -> None:
-        nonlocal seq
-        start, switch, ph = roll_end[j], 0.0, 2 * j + 1
-        for x in train_nodes[j]:
+    def occupy(nodes: list[int], ready: float, ph: int, hold: float) -> float:
+        """Start phase `ph` on `nodes` once ready and free; they pass on after `hold`. Its start."""
+        start, switch = ready, 0.0
+        for x in nodes:
             if free[x] > start:
                 start = free[x]
             if last[x] != ph and last[x] != -1:
-                switch = switch_s
-        end = start + switch + train_s[j]
-        for x in train_nodes[j]:
-            free[x], last[x] = end, ph
+                switch = switch_s  # a warm switch from another job's or kind's phase
+        start += switch
+        for x in nodes:
+            free[x], last[x] = start + hold, ph
+        return start
+
+    def train(j: int) -> None:
+        nonlocal seq
+        end = occupy(train_nodes[j], roll_end[j], 2 * j + 1, train_s[j]) + train_s[j]
         trains_done[j] += 1
         ends[j].append(end)
         if trains_done[j] < meta_iterations:
@@ -98,16 +103,7 @@ def fifo_train_ends(
 
     while heap:
         ready, _, j = heapq.heappop(heap)
-        start, switch, ph = ready, 0.0, 2 * j
-        for x in roll_nodes[j]:
-            if free[x] > start:
-                start = free[x]
-            if last[x] != ph and last[x] != -1:
-                switch = switch_s
-        released = start + switch + hold_s[j]
-        for x in roll_nodes[j]:
-            free[x], last[x] = released, ph
-        roll_end[j] = start + switch + roll_s[j]
+        roll_end[j] = occupy(roll_nodes[j], ready, 2 * j, hold_s[j]) + roll_s[j]
         if not can_train(j):
             waiting[j] = True
             continue
