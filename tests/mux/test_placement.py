@@ -121,9 +121,9 @@ def test_groups_loaded_past_an_slo_budget_are_not_simulated(monkeypatch):
     policy = RollMuxPolicy(SPEC)
     policy._group_view(group)  # the view is built beforehand, as between arrivals
     runs = []
-    real = placement.evaluate_round_robin
+    real = placement.evaluate_on
     monkeypatch.setattr(
-        placement, "evaluate_round_robin", lambda *a, **k: runs.append(1) or real(*a, **k)
+        placement, "evaluate_on", lambda *a, **k: runs.append(1) or real(*a, **k)
     )
     # The training node serves 2 x 1332 s per meta-iteration: a newcomer
     # that tolerates no slowdown of its 1808 s iteration cannot keep its
