@@ -113,9 +113,14 @@ def _compare(args: argparse.Namespace) -> int:
             f"{doc['utilization'][name]:>6.3f} {pools['rollout']:>8} {pools['train']:>6} "
             f"{doc['mean_slowdown'][name]:>9.3f}"
         )
+    opts = doc["rollmux_options"]
+    flags = [f for f, on in (("--rehome", opts["rehome"]), ("--share-any", opts["share_any"])) if on]
+    flags += [f"--replan {opts['replan_every_h']:g}"] if opts["replan_every_h"] else []
+    flags += ["--rollout-fifo"] if doc["rollout_fifo"] else []
     rows.append(
         f"{doc['jobs']} jobs, seed {doc['seed']}, {doc['arrival']} arrivals; "
         f"$/h over the solo span of {doc['reference_hours']} h"
+        + (f"; beyond the paper: {' '.join(flags)}" if flags else "")
     )
     return _emit(args, doc, rows)
 
