@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from roll_agentic.mux.fifo_rollout import fifo_train_ends
+from roll_agentic.mux.fifo_rollout import fifo_train_ends, with_queueing
 from roll_agentic.mux.group import Group, Pinning
 from roll_agentic.mux.profile import (
     ClusterSpec,
@@ -73,14 +73,6 @@ def members_of(group: Group, spec: ClusterSpec) -> list[MemberPlan]:
 
 
 K = TypeVar("K")
-# Plans of FIFO rollout nodes stretch every rollout's hold by this much. A
-# plan runs on typical phase lengths, where the queue settles into a pattern
-# with few waits; real lengths vary per iteration, and a queue waits longer
-# on varied lengths than on their mean. Measured with `--rollout-fifo
-# --share-any --rehome --replan 12` on the 200-job trace: at 1.0 a group of
-# six ran 7 % past its plan and 2 jobs of 200 missed their SLOs (seed 3);
-# at 1.15 none did (seeds 0-4).
-FIFO_HOLD_MARGIN = 1.15
 _IDLE = 1 << 60  # a FIFO node's key for a member with no rollout queued there
 
 
@@ -187,14 +179,14 @@ def evaluate_round_robin(
             roll_nodes,
             train_nodes,
             [m.times.roll_s for m in members],
-            [min(m.times.roll_node_s * FIFO_HOLD_MARGIN, m.times.roll_s) for m in members],
+            [m.times.roll_node_s for m in members],
             [m.times.train_s for m in members],
             [m.times.sync_s for m in members],
             n_nodes,
             meta_iterations,
             switch_s,
         )
-        return _locked_periods([_steady_period(e) for e in ends], members, fifo_rollout)
+        return _fifo_periods([_steady_period(e) for e in ends], members)
     free = [0.0] * n_nodes  # when each node's previous phase ends
     last = [-1] * n_nodes  # its previous phase: 2 * member (+1 for training)
     ready = [0.0] * len(members)  # when each member's next rollout may start
@@ -240,7 +232,21 @@ def evaluate_round_robin(
             ends[j].append(end)
             ready[j] = end + syncs[j]
     # Train end to train end: one rollout, one train and one sync, as solo.
-    return _locked_periods([_steady_period(e) for e in ends], members, fifo_rollout)
+    return _locked_periods([_steady_period(e) for e in ends], members)
+
+
+def _fifo_periods(periods: list[float], members: Sequence[MemberPlan]) -> list[float]:
+    """Periods of a run with FIFO rollout nodes, with the queues' mean waits allowed for."""
+    train = {n for m in members for n in m.train_nodes}
+    fifo = {n for m in members for n in m.rollout_nodes} - train
+    periods = with_queueing(
+        periods,
+        [m.times.iter_s for m in members],
+        [list(m.rollout_nodes) for m in members],
+        [m.times.roll_node_s for m in members],
+        fifo,
+    )
+    return _locked_periods(periods, members, fifo_rollout=True)
 
 
 def evaluate_on(members: Sequence[MemberPlan], spec: ClusterSpec) -> list[float]:
@@ -263,10 +269,9 @@ def _evaluate_by_events(
     phase_nodes: list[list[int]] = []
     phase_dur: list[float] = []
     phase_hold: list[float] = []  # how long a phase holds its nodes (migration: < its length)
-    roll_margin = FIFO_HOLD_MARGIN if fifo_rollout else 1.0
     for m in members:
         for ids, dur, hold in (
-            (m.rollout_nodes, m.times.roll_s, m.times.roll_node_s * roll_margin),
+            (m.rollout_nodes, m.times.roll_s, m.times.roll_node_s),
             (m.train_nodes, m.times.train_s, m.times.train_s),
         ):
             phase_nodes.append([index.setdefault(n, len(index)) for n in ids])
@@ -355,7 +360,10 @@ def _evaluate_by_events(
             if waiting >= 0 and not busy[n]:
                 try_start(waiting, now)
     # Train end to train end: one rollout, one train and one sync, as solo.
-    return _locked_periods([_steady_period(e) for e in ends], members, fifo_rollout)
+    periods = [_steady_period(e) for e in ends]
+    if fifo_rollout:
+        return _fifo_periods(periods, members)
+    return _locked_periods(periods, members)
 
 
 def progress_rate(periods: list[float], profiles: Sequence[JobProfile]) -> float:

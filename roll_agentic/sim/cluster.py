@@ -41,6 +41,7 @@ What it models (and what it does not):
 
 from __future__ import annotations
 
+import functools
 import time as wallclock
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -353,7 +354,11 @@ class ClusterSimulator:
         t0 = wallclock.process_time()
         home = {j: rt.group_id for j, rt in self._jobs.items()}
         headroom = float(getattr(self.policy, "headroom", 0.0))
-        place_batch = self.policy.place_batch  # type: ignore[attr-defined]  # RollMux has it
+        policy = self.policy  # RollMux: the only policy that re-plans
+        place_batch = functools.partial(
+            policy.place_batch,  # type: ignore[attr-defined]
+            budget=policy.replan_budget,  # type: ignore[attr-defined]
+        )
         self._replanner.plan(
             self._book.groups, home, place_batch, self.spec, headroom, self._turns.joins
         )

@@ -76,6 +76,22 @@ def test_replanning_a_trace_costs_less_and_keeps_every_slo():
     assert all(j.iters_done == j.n_iters for j in replanned.jobs)
 
 
+def test_replans_search_with_their_own_budget(monkeypatch):
+    # A re-plan places every running job at once: its batch search gets
+    # `replan_budget` placements, arrivals keep `batch_budget`.
+    import roll_agentic.mux.placement as placement
+
+    budgets = []
+    real = placement.search_batch
+    monkeypatch.setattr(
+        placement, "search_batch", lambda *a: budgets.append(a[-1]) or real(*a)
+    )
+    trace = generate_trace(0, WorkloadSpec(n_jobs=20, span_days=1.0, h_min=12, h_max=24))
+    policy = RollMuxPolicy(SPEC, replan_every_h=6.0, replan_budget=37)
+    ClusterSimulator(SPEC, policy).run(trace.jobs)
+    assert budgets and set(budgets) == {37}
+
+
 def test_cli_replan_flag(capsys):
     import json
 
