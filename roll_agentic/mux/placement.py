@@ -231,9 +231,10 @@ class RollMuxPolicy(RoundRobinPhases):
     # batch search and move them between iterations when that is cheaper by
     # `replan_margin` (`sim/replan.py`; 0: never). Not in the paper. Off by
     # default for its scheduler time: each re-plan searches a batch of every
-    # running job (~0.5 s of CPU for 40 jobs), hundreds of times over a
-    # 2,000-job trace. Measured on the 200-job trace (seeds 0-4) at 12 h:
-    # 1.66-1.73x cheaper than solo instead of 1.51-1.58x, SLOs all met.
+    # running job (~40), hundreds of times over a 2,000-job trace (about
+    # 20 s of CPU in all, against the 1 s bar). Measured on the 200-job
+    # trace (seeds 0-4) at 12 h: 1.66-1.73x cheaper than solo instead of
+    # 1.51-1.58x, SLOs all met.
     replan_every_h: float = 0.0
     replan_margin: float = 0.02
     # Placements a re-plan's batch search may try. A re-plan places every
