@@ -181,7 +181,8 @@ def _repack(args: argparse.Namespace) -> int:
         trace = Trace.load(args.trace)
     else:
         trace = generate_trace(args.seed, WorkloadSpec(n_jobs=args.jobs))
-    doc = repack_report(trace, ClusterSpec(migration=not args.no_migration), args.snapshots)
+    spec = ClusterSpec(migration=not args.no_migration, rollout_fifo=args.rollout_fifo)
+    doc = repack_report(trace, spec, args.snapshots, share_any=args.share_any)
     rows = [
         f"{'day':>6} {'jobs':>5} {'online':>8} {'repacked':>9} {'solo':>8} {'colocated':>10}"
         "   ($/h per unit of progress)"
@@ -308,6 +309,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--snapshots", type=_at_least(1), default=6, help="instants to compare at (default 6)"
     )
     p.add_argument("--no-migration", action="store_true", help="turn off long-tail migration")
+    p.add_argument(
+        "--share-any", action="store_true", help="RollMux with --share-any's candidates"
+    )
+    p.add_argument(
+        "--rollout-fifo", action="store_true", help="rollout nodes serve first come, first served"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.set_defaults(func=_reporting_errors(_repack))
 

@@ -46,11 +46,15 @@ def colocated_per_progress(jobs: list[JobProfile], spec: ClusterSpec, headroom: 
     return cost / rate
 
 
-def repack_report(trace: Trace, spec: ClusterSpec, snapshots: int = 6) -> dict:
+def repack_report(
+    trace: Trace, spec: ClusterSpec, snapshots: int = 6, share_any: bool = False
+) -> dict:
     """Online RollMux vs the same running jobs re-placed as one batch, at `snapshots` instants.
 
     The instants are spread evenly over the middle 80 % of the arrival span
-    (the cluster is filling up before and draining after).
+    (the cluster is filling up before and draining after). `share_any`:
+    RollMux with candidates beyond the paper's three kinds, online and in
+    the re-pack alike.
     """
     if snapshots < 1:
         raise ValueError(f"snapshots must be at least 1, got {snapshots}")
@@ -60,7 +64,7 @@ def repack_report(trace: Trace, spec: ClusterSpec, snapshots: int = 6) -> dict:
     assessor = GroupAssessor(spec, SLO_HEADROOM)
     rows = []
     for t in instants:
-        sim = ClusterSimulator(spec, RollMuxPolicy(spec), horizon_s=float(t))
+        sim = ClusterSimulator(spec, RollMuxPolicy(spec, share_any=share_any), horizon_s=float(t))
         sim.run(trace.jobs)
         groups = sim.groups
         running = [p for g in groups.values() for p in g.members.values()]
@@ -69,7 +73,8 @@ def repack_report(trace: Trace, spec: ClusterSpec, snapshots: int = 6) -> dict:
         online = assessor.objective(groups.values())
         book = GroupBook(spec)
         t0 = time.process_time()
-        apply_batch(book, RollMuxPolicy(spec).place_batch(book.groups, running))
+        planner = RollMuxPolicy(spec, share_any=share_any)
+        apply_batch(book, planner.place_batch(book.groups, running))
         search_s = time.process_time() - t0
         repacked = assessor.objective(book.groups.values())
         solo = sum(p.solo_cost_per_hour(spec) for p in running) / len(running)
@@ -100,6 +105,8 @@ def repack_report(trace: Trace, spec: ClusterSpec, snapshots: int = 6) -> dict:
         },
         "online_over_repacked": mean_ratio("online", "repacked"),
         "migration": spec.migration,
+        "rollout_fifo": spec.rollout_fifo,
+        "share_any": share_any,
         "jobs": len(trace.jobs),
         "seed": trace.seed,
         "per_snapshot": rows,

@@ -33,8 +33,13 @@ def test_repack_cli_table_json_and_bad_input(capsys):
     assert cli.main(["repack", "--jobs", "30", "--seed", "2", "--snapshots", "1", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(doc["online_saving"]) == {"solo", "colocated"}
+    assert doc["rollout_fifo"] is False and doc["share_any"] is False
     cli.main(["repack", "--jobs", "30", "--seed", "2", "--snapshots", "1"])
     assert "online over repacked" in capsys.readouterr().out
+    args = ["--jobs", "30", "--seed", "2", "--snapshots", "1", "--rollout-fifo", "--share-any"]
+    assert cli.main(["repack", *args, "--json"]) == 0
+    fifo = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert fifo["rollout_fifo"] is True and fifo["share_any"] is True
     with pytest.raises(SystemExit):
         cli.main(["repack", "--snapshots", "0"])
     assert "must be at least 1" in capsys.readouterr().err
