@@ -119,7 +119,6 @@ def fifo_train_ends(
     return ends
 
 
-
 def with_queueing(
     periods: list[float],
     iters: list[float],

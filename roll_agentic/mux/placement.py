@@ -233,15 +233,17 @@ class RollMuxPolicy(RoundRobinPhases):
     # default for its scheduler time: each re-plan searches a batch of every
     # running job (~40), hundreds of times over a 2,000-job trace (about
     # 20 s of CPU in all, against the 1 s bar). Measured on the 200-job
-    # trace (seeds 0-4) at 12 h: 1.66-1.73x cheaper than solo instead of
+    # trace (seeds 0-4) at 12 h: 1.66-1.74x cheaper than solo instead of
     # 1.51-1.58x, SLOs all met.
     replan_every_h: float = 0.0
     replan_margin: float = 0.02
     # Placements a re-plan's batch search may try. A re-plan places every
     # running job (~40 on the 200-job trace), so this many buys only the
     # search's seed orders, no local search. Measured with `--rollout-fifo
-    # --share-any --rehome --replan 12` (seed 0): 3,200 gave $651.4/h for
-    # 19.6 s of re-plan CPU, 400 $658.9/h for 2.6 s, 100 $652.1/h for 2.3 s.
+    # --share-any --rehome --replan 12` (seed 0, before FIFO plans allowed
+    # for queueing): 3,200 gave $651.4/h for 19.6 s of re-plan CPU, 400
+    # $658.9/h for 2.6 s, 100 $652.1/h for 2.3 s; `--replan 12` alone,
+    # $698.8/h at 3,200 and $696.6/h at 100.
     replan_budget: int = 100
     name: str = "rollmux"
     _views: dict[int, GroupView] = field(default_factory=dict, repr=False)
