@@ -79,9 +79,44 @@ def _emit(args: argparse.Namespace, doc: dict, table: list[str]) -> int:
     return 0
 
 
+def _beyond_paper(doc: dict) -> list[str]:
+    """The flags of RollMux options beyond the paper that a comparison ran with."""
+    opts = doc["rollmux_options"]
+    flags = [f for f, on in (("--rehome", opts["rehome"]), ("--share-any", opts["share_any"])) if on]
+    flags += [f"--replan {opts['replan_every_h']:g}"] if opts["replan_every_h"] else []
+    flags += ["--rollout-fifo"] if doc["rollout_fifo"] else []
+    return flags
+
+
+def _compare_seeds(args: argparse.Namespace) -> int:
+    from roll_agentic.sim.seeds import SeedRun, compare_seeds, parse_seeds, seeds_table
+
+    clash = [f for f, v in (("--trace", args.trace), ("--plot", args.plot),
+                            ("--save-trace", args.save_trace)) if v]
+    if clash:
+        raise ValueError(f"--seeds generates one trace per seed; it does not combine with {clash[0]}")
+    run = SeedRun(
+        jobs=args.jobs,
+        arrival=args.arrival,
+        rehome=args.rehome,
+        migration=not args.no_migration,
+        share_any=args.share_any,
+        replan_every_h=args.replan,
+        rollout_fifo=args.rollout_fifo,
+    )
+    doc = compare_seeds(parse_seeds(args.seeds), run, args.workers)
+    rows = seeds_table(doc)
+    flags = _beyond_paper(doc)
+    if flags:
+        rows[-1] += f"; beyond the paper: {' '.join(flags)}"
+    return _emit(args, doc, rows)
+
+
 def _compare(args: argparse.Namespace) -> int:
     from roll_agentic.sim.compare import compare
 
+    if args.seeds is not None:
+        return _compare_seeds(args)
     if args.trace:
         trace = Trace.load(args.trace)
     else:
@@ -113,10 +148,7 @@ def _compare(args: argparse.Namespace) -> int:
             f"{doc['utilization'][name]:>6.3f} {pools['rollout']:>8} {pools['train']:>6} "
             f"{doc['mean_slowdown'][name]:>9.3f}"
         )
-    opts = doc["rollmux_options"]
-    flags = [f for f, on in (("--rehome", opts["rehome"]), ("--share-any", opts["share_any"])) if on]
-    flags += [f"--replan {opts['replan_every_h']:g}"] if opts["replan_every_h"] else []
-    flags += ["--rollout-fifo"] if doc["rollout_fifo"] else []
+    flags = _beyond_paper(doc)
     rows.append(
         f"{doc['jobs']} jobs, seed {doc['seed']}, {doc['arrival']} arrivals; "
         f"$/h over the solo span of {doc['reference_hours']} h"
@@ -272,6 +304,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--save-trace", metavar="FILE", help="write the trace used to FILE as JSON")
     p.add_argument("--plot", metavar="DIR", help="write Gantt and cost-over-time PNGs to DIR")
     _replan_option(p)
+    p.add_argument(
+        "--seeds",
+        metavar="LIST",
+        help="compare on one generated trace per seed, e.g. 0-4 or 0,3,7: a row per seed and "
+        "the min / mean / max over them (instead of --seed)",
+    )
+    p.add_argument(
+        "--workers",
+        type=_at_least(1),
+        default=None,
+        help="with --seeds: traces simulated at once, one process each (default: the CPU count)",
+    )
     p.set_defaults(func=_reporting_errors(_compare))
 
     p = sub.add_parser("optimality", help="RollMux vs brute-force optimum on small instances")

@@ -1,0 +1,76 @@
+import json
+
+import pytest
+
+from roll_agentic.sim import cli
+from roll_agentic.sim.compare import compare
+from roll_agentic.sim.seeds import MAX_SEEDS, SeedRun, compare_seeds, parse_seeds
+from roll_agentic.sim.trace import WorkloadSpec, generate_trace
+
+
+def test_seed_lists_take_ranges_and_lists_in_the_order_given():
+    assert parse_seeds("0-4") == [0, 1, 2, 3, 4]
+    assert parse_seeds("7,3, 0") == [7, 3, 0]
+    assert parse_seeds("0-2,9") == [0, 1, 2, 9]
+    assert parse_seeds("5") == [5]
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("3-1", "low-high"),
+        ("0,a", "a range such as 0-4"),
+        ("-1", "a range such as 0-4"),
+        ("0,0", "twice"),
+        ("1-3,2", "twice"),
+        ("", "a range such as 0-4"),
+        (f"0-{MAX_SEEDS}", f"more than {MAX_SEEDS}"),
+    ],
+)
+def test_bad_seed_lists_are_refused_with_what_to_write(text, says):
+    with pytest.raises(ValueError, match=says):
+        parse_seeds(text)
+
+
+def test_every_seed_matches_its_own_comparison_and_workers_change_nothing():
+    run = SeedRun(jobs=10, rollout_fifo=True, share_any=True)
+    alone = compare_seeds([3, 1], run, workers=1)
+    pooled = compare_seeds([3, 1], run, workers=2)
+    assert alone == pooled
+    assert [r["seed"] for r in alone["per_seed"]] == [3, 1]
+    for row in alone["per_seed"]:
+        doc, _ = compare(
+            generate_trace(row["seed"], WorkloadSpec(n_jobs=10)), rollout_fifo=True, share_any=True
+        )
+        assert row["cost_per_hour"] == doc["cost_per_hour"]
+        assert row["slo_attainment"] == doc["slo_attainment"]
+        assert row["rollmux_saving"] == doc["rollmux_saving"]
+    for name, spread in alone["rollmux_saving"].items():
+        values = [r["rollmux_saving"][name] for r in alone["per_seed"]]
+        assert spread["min"] == min(values) and spread["max"] == max(values)
+        assert spread["min"] <= spread["mean"] <= spread["max"]
+    assert alone["rollout_fifo"] is True and alone["rollmux_options"]["share_any"] is True
+
+
+def test_cli_seeds_prints_a_row_per_seed_and_json_last(capsys):
+    assert cli.main(["compare", "--jobs", "8", "--seeds", "0-1", "--workers", "1"]) == 0
+    table = capsys.readouterr().out.strip().splitlines()
+    assert table[0].split()[0] == "seed"
+    assert [line.split()[0] for line in table[1:6]] == ["0", "1", "min", "mean", "max"]
+    assert "seeds [0, 1]" in table[-1]
+    assert cli.main(["compare", "--jobs", "8", "--seeds", "2", "--json", "--rehome"]) == 0
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert doc["seeds"] == [2] and doc["rollmux_options"]["rehome"] is True
+    assert set(doc["slo_attainment"]["rollmux"]) == {"min", "mean", "max"}
+
+
+@pytest.mark.parametrize("flag", [["--trace", "t.json"], ["--plot", "out"], ["--save-trace", "t.json"]])
+def test_cli_seeds_refuses_options_of_a_single_trace(flag, capsys):
+    assert cli.main(["compare", "--seeds", "0-1", *flag]) == 2
+    assert f"does not combine with {flag[0]}" in capsys.readouterr().err
+
+
+def test_cli_seeds_refuses_a_bad_list_in_one_line(capsys):
+    assert cli.main(["compare", "--seeds", "4-2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("roll-agentic sim compare: error:") and "\n" not in err
