@@ -32,6 +32,7 @@ the simulator and, later, the real multiplexer:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -130,6 +131,59 @@ class JobProfile:
 
     def solo_cost_per_hour(self, spec: ClusterSpec) -> float:
         return self.n_rollout * spec.price(Pool.ROLLOUT) + self.n_train * spec.price(Pool.TRAIN)
+
+
+def _number(value: object) -> float | None:
+    """`value` as a finite float, or None (bools are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+# What each numeric field of a profile may hold: (lowest, highest, lowest itself allowed, in words).
+_RANGES: dict[str, tuple[float, float, bool, str]] = {
+    "roll_s": (0.0, math.inf, False, "seconds of a worst-case rollout, > 0"),
+    "train_s": (0.0, math.inf, False, "seconds of a worst-case training phase, > 0"),
+    "sync_s": (0.0, math.inf, True, "seconds of a weight sync, >= 0"),
+    "local_sync_s": (0.0, math.inf, True, "seconds of a local reshard, >= 0"),
+    "train_mem_gb": (0.0, math.inf, True, "GB of host memory per training node, >= 0"),
+    "rollout_mem_gb": (0.0, math.inf, True, "GB of host memory per rollout node, >= 0"),
+    "slo": (1.0, math.inf, True, "a tolerated slowdown versus running alone, >= 1 (1: none)"),
+    "colo_roll_speed": (0.0, math.inf, False, "a speed ratio, > 0"),
+    "roll_typical": (0.0, 1.0, False, "a fraction of the worst case, in (0, 1]"),
+    "train_typical": (0.0, 1.0, False, "a fraction of the worst case, in (0, 1]"),
+    "tail_hold": (0.0, 1.0, False, "a share of the rollout, in (0, 1]"),
+}
+
+
+def profile_problems(job: JobProfile, spec: ClusterSpec | None = None) -> list[str]:
+    """What is wrong with a profile that came from outside (a trace file); [] if nothing.
+
+    With `spec`, also whether its state fits one node's host memory: a job
+    that fits no node would run nowhere in a real cluster.
+    """
+    out = []
+    if not isinstance(job.job_id, str) or not job.job_id:
+        out.append(f"job_id must be a non-empty string, got {job.job_id!r}")
+    for name in ("n_rollout", "n_train"):
+        value = getattr(job, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            out.append(f"{name} must be a whole number of nodes >= 1, got {value!r}")
+    for name, (low, high, closed, what) in _RANGES.items():
+        value = getattr(job, name)
+        x = _number(value)
+        if x is None or x > high or x < low or (x == low and not closed):
+            out.append(f"{name} must be {what}, got {value!r}")
+    if spec is not None and not out:
+        for pool, need in ((Pool.TRAIN, job.train_mem_gb), (Pool.ROLLOUT, job.rollout_mem_gb)):
+            have = spec.node_class(pool).host_mem_gb
+            if need > have:
+                where = "training" if pool is Pool.TRAIN else "rollout"
+                out.append(
+                    f"needs {need:g} GB of host memory per {where} node; "
+                    f"one {spec.node_class(pool).name} node has {have:g} GB"
+                )
+    return out
 
 
 def _scaled(base_s: float, base_nodes: float, nodes: int, efficiency: float) -> float:

@@ -25,7 +25,7 @@ from roll_agentic.sim.baselines import ColocatedPolicy, GreedyPolicy, RandomPoli
 from roll_agentic.sim.cluster import ClusterSimulator
 from roll_agentic.sim.optimal import ReplayPolicy, plan_objective, solve
 from roll_agentic.sim.sim_result import SimResult
-from roll_agentic.sim.trace import Trace, TraceJob, WorkloadSpec, generate_trace
+from roll_agentic.sim.trace import Trace, TraceJob, WorkloadSpec, check_fits, generate_trace
 
 POLICIES = ("solo", "colocated", "random", "greedy", "rollmux")
 
@@ -128,6 +128,7 @@ def compare(
     rollout_fifo: bool = False,
 ):
     spec = spec or ClusterSpec(migration=migration, rollout_fifo=rollout_fifo)
+    check_fits(trace, spec)
     results = run_policies(
         trace, spec, record=record, rehome=rehome, share_any=share_any, replan_every_h=replan_every_h
     )

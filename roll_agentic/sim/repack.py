@@ -32,7 +32,7 @@ from roll_agentic.mux.placement import SLO_HEADROOM, RollMuxPolicy
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool, phase_times, planned
 from roll_agentic.sim.baselines import ColocatedPolicy, colocated_iter_s, colocated_nodes
 from roll_agentic.sim.cluster import ClusterSimulator
-from roll_agentic.sim.trace import Trace
+from roll_agentic.sim.trace import Trace, check_fits
 
 
 def colocated_per_progress(jobs: list[JobProfile], spec: ClusterSpec, headroom: float) -> float:
@@ -58,6 +58,7 @@ def repack_report(
     """
     if snapshots < 1:
         raise ValueError(f"snapshots must be at least 1, got {snapshots}")
+    check_fits(trace, spec)
     arrivals = [j.arrival_s for j in trace.jobs]
     first, last = min(arrivals), max(arrivals)
     instants = np.linspace(first + 0.1 * (last - first), first + 0.9 * (last - first), snapshots)

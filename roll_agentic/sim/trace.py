@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from roll_agentic.mux.migration import tail_hold
-from roll_agentic.mux.profile import JobProfile
+from roll_agentic.mux.profile import ClusterSpec, JobProfile, profile_problems
 
 SIZES = {  # name: (params in billions, rollout nodes, training nodes)
     "small": (7.0, 1, 1),
@@ -150,13 +150,41 @@ class Trace:
                 raise ValueError(f"trace {path}: job #{i} has no {err}") from None
             except (TypeError, ValueError) as err:
                 raise ValueError(f"trace {path}: job #{i}: {err}") from None
-            if job.arrival_s < 0 or job.n_iters < 1:
+            if not job.arrival_s >= 0 or not math.isfinite(job.arrival_s) or job.n_iters < 1:
                 raise ValueError(
                     f"trace {path}: job #{i} needs arrival_s >= 0 and n_iters >= 1, got "
                     f"{job.arrival_s} and {job.n_iters}"
                 )
             jobs.append(job)
+        problems = trace_problems(jobs)
+        if problems:
+            raise ValueError(f"trace {path}: " + _listed(problems))
         return cls(doc["seed"], workload, jobs)
+
+
+def trace_problems(jobs: list[TraceJob], spec: ClusterSpec | None = None) -> list[str]:
+    """Every job profile's problems (`profile_problems`) and repeated job ids, one line each."""
+    out, seen = [], set()
+    for i, job in enumerate(jobs):
+        name = f"job #{i} ({job.profile.job_id})"
+        out += [f"{name}: {p}" for p in profile_problems(job.profile, spec)]
+        if job.profile.job_id in seen:
+            out.append(f"{name}: job_id repeats an earlier job's; ids must be unique")
+        seen.add(job.profile.job_id)
+    return out
+
+
+def check_fits(trace: Trace, spec: ClusterSpec) -> None:
+    """ValueError if a job's state fits no node's host memory under `spec` (it could run nowhere)."""
+    problems = trace_problems(trace.jobs, spec)
+    if problems:
+        raise ValueError(_listed(problems))
+
+
+def _listed(problems: list[str], most: int = 10) -> str:
+    shown = "; ".join(problems[:most])
+    more = len(problems) - most
+    return f"{len(problems)} problem(s): {shown}" + (f"; and {more} more" if more > 0 else "")
 
 
 def make_profile(

@@ -103,3 +103,48 @@ def test_a_bad_trace_file_is_refused_with_what_is_wrong(tmp_path):
     late = [*doc["jobs"][:2], {**doc["jobs"][2], "n_iters": 0}]
     refused(json.dumps({**doc, "jobs": late}), "job #2 needs", "n_iters >= 1")
     assert len(Trace.load(good).jobs) == 3  # the file it came from still loads
+
+
+def test_impossible_profiles_in_a_trace_are_all_named_before_anything_runs(tmp_path):
+    import json
+
+    import pytest
+
+    from roll_agentic.mux.profile import ClusterSpec
+    from roll_agentic.sim.compare import compare
+
+    good = tmp_path / "good.json"
+    generate_trace(4, WorkloadSpec(n_jobs=4)).save(good)
+    doc = json.loads(good.read_text())
+
+    def with_profile(i: int, **fields) -> dict:
+        bad = json.loads(json.dumps(doc))  # a deep copy: `doc` stays good
+        bad["jobs"][i]["profile"].update(fields)
+        return bad
+
+    def refused(bad: dict, *words: str) -> None:
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps(bad))
+        with pytest.raises(ValueError) as err:
+            Trace.load(path)
+        for w in words:
+            assert w in str(err.value)
+
+    # Each would have crashed deep in the simulator or run a wrong experiment.
+    refused(with_profile(1, n_rollout=0), "job #1 (j0001): n_rollout", ">= 1, got 0")
+    refused(with_profile(2, roll_s=-5.0), "job #2", "roll_s", "> 0, got -5")
+    refused(with_profile(0, slo=0.5), "slo", ">= 1 (1: none), got 0.5")
+    refused(with_profile(3, tail_hold=0), "tail_hold", "in (0, 1], got 0")
+    refused(with_profile(3, train_s="long"), "train_s", "got 'long'")
+    refused(with_profile(1, n_train=True), "n_train", "got True")
+    both = with_profile(1, slo=0.9)
+    both["jobs"][2]["profile"]["roll_typical"] = 1.5
+    refused(both, "2 problem(s)", "job #1", "job #2")
+    refused(with_profile(2, job_id="j0000"), "job #2 (j0000): job_id repeats")
+    # A state no node can hold is a property of the cluster, not of the file:
+    # the trace loads; the comparison refuses it.
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(with_profile(0, train_mem_gb=5000.0)))
+    huge = Trace.load(path)
+    with pytest.raises(ValueError, match="5000 GB of host memory per training node; one H800 node has 1024 GB"):
+        compare(huge, spec=ClusterSpec())
