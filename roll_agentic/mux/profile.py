@@ -141,7 +141,7 @@ def _number(value: object) -> float | None:
 
 
 # What each numeric field of a profile may hold: (lowest, highest, lowest itself allowed, in words).
-_RANGES: dict[str, tuple[float, float, bool, str]] = {
+FIELD_RANGES: dict[str, tuple[float, float, bool, str]] = {
     "roll_s": (0.0, math.inf, False, "seconds of a worst-case rollout, > 0"),
     "train_s": (0.0, math.inf, False, "seconds of a worst-case training phase, > 0"),
     "sync_s": (0.0, math.inf, True, "seconds of a weight sync, >= 0"),
@@ -154,6 +154,15 @@ _RANGES: dict[str, tuple[float, float, bool, str]] = {
     "train_typical": (0.0, 1.0, False, "a fraction of the worst case, in (0, 1]"),
     "tail_hold": (0.0, 1.0, False, "a share of the rollout, in (0, 1]"),
 }
+
+
+def out_of_range(name: str, value: object, rule: tuple[float, float, bool, str]) -> str | None:
+    """`name must be <what>, got <value>` if `value` breaks `rule` (a `FIELD_RANGES` entry)."""
+    low, high, closed, what = rule
+    x = _number(value)
+    if x is None or x > high or x < low or (x == low and not closed):
+        return f"{name} must be {what}, got {value!r}"
+    return None
 
 
 def profile_problems(job: JobProfile, spec: ClusterSpec | None = None) -> list[str]:
@@ -169,11 +178,10 @@ def profile_problems(job: JobProfile, spec: ClusterSpec | None = None) -> list[s
         value = getattr(job, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             out.append(f"{name} must be a whole number of nodes >= 1, got {value!r}")
-    for name, (low, high, closed, what) in _RANGES.items():
-        value = getattr(job, name)
-        x = _number(value)
-        if x is None or x > high or x < low or (x == low and not closed):
-            out.append(f"{name} must be {what}, got {value!r}")
+    for name, rule in FIELD_RANGES.items():
+        problem = out_of_range(name, getattr(job, name), rule)
+        if problem:
+            out.append(problem)
     if spec is not None and not out:
         for pool, need in ((Pool.TRAIN, job.train_mem_gb), (Pool.ROLLOUT, job.rollout_mem_gb)):
             have = spec.node_class(pool).host_mem_gb

@@ -120,7 +120,11 @@ class Trace:
 
     @classmethod
     def load(cls, path: str | Path) -> Trace:
-        """Read a trace written by `save`; ValueError naming the first thing wrong with it."""
+        """Read a trace written by `save` (or a CSV of jobs, `trace_csv.py`); ValueError on what is wrong."""
+        if str(path).lower().endswith(".csv"):
+            from roll_agentic.sim.trace_csv import trace_from_csv
+
+            return trace_from_csv(path)
         try:
             doc = json.loads(Path(path).read_text())
         except OSError as err:
@@ -158,7 +162,7 @@ class Trace:
             jobs.append(job)
         problems = trace_problems(jobs)
         if problems:
-            raise ValueError(f"trace {path}: " + _listed(problems))
+            raise ValueError(f"trace {path}: " + listed_problems(problems))
         return cls(doc["seed"], workload, jobs)
 
 
@@ -178,10 +182,11 @@ def check_fits(trace: Trace, spec: ClusterSpec) -> None:
     """ValueError if a job's state fits no node's host memory under `spec` (it could run nowhere)."""
     problems = trace_problems(trace.jobs, spec)
     if problems:
-        raise ValueError(_listed(problems))
+        raise ValueError(listed_problems(problems))
 
 
-def _listed(problems: list[str], most: int = 10) -> str:
+def listed_problems(problems: list[str], most: int = 10) -> str:
+    """Problems in one line: how many, the first `most`, and how many more."""
     shown = "; ".join(problems[:most])
     more = len(problems) - most
     return f"{len(problems)} problem(s): {shown}" + (f"; and {more} more" if more > 0 else "")

@@ -1,0 +1,190 @@
+"""An operator's own jobs as a trace: one CSV row per job, checked line by line.
+
+`sim compare --trace jobs.csv` (and `sim repack`) read it; `--save-trace
+FILE` writes the JSON trace it became. Columns (a header row names them, in
+any order):
+
+required
+  arrival_h      hours from the trace's start to the job's arrival, >= 0
+  params_b       model size in billions of parameters (host memory, weight sync)
+  rollout_nodes  8-GPU rollout nodes the job was profiled on
+  train_nodes    8-GPU training nodes the job was profiled on
+  rollout_s      worst-case rollout seconds on those nodes (every response at the cap)
+  train_s        worst-case training seconds on those nodes
+  slo            tolerated slowdown versus running alone, >= 1
+  run_h          hours the job runs alone (its length; rounded to whole iterations)
+
+optional (default: what the generated traces assume, `trace.py`)
+  job_id           unique name (default j0000, j0001, ... by row)
+  sync_s           weight sync over the inter-pool link (2 bytes/param at 5 GB/s + 5 s)
+  train_mem_gb     host memory per training node (16 bytes/param over the training nodes)
+  rollout_mem_gb   host memory per rollout node (2 bytes/param)
+  tail_hold        share of a rollout its nodes are held, with long-tail migration
+                   (the lognormal tail model, sigma 1.1, 1,024 responses)
+  rollout_tp       GPUs per inference engine, for that model (1, 2, 4 by size)
+  colo_roll_speed  a training GPU's rollout speed over a rollout GPU's (1.0)
+  roll_typical     typical rollout length over the worst case (the trace model's mean)
+  train_typical    typical training length over the worst case (the trace model's mean)
+
+Every problem of every line is reported at once, with its line number.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+
+from roll_agentic.mux.migration import tail_hold
+from roll_agentic.mux.profile import FIELD_RANGES, JobProfile, out_of_range, profile_problems
+from roll_agentic.sim.trace import Trace, TraceJob, WorkloadSpec, listed_problems, typical_fractions
+
+REQUIRED = (
+    "arrival_h", "params_b", "rollout_nodes", "train_nodes", "rollout_s", "train_s", "slo", "run_h",
+)
+OPTIONAL = (
+    "job_id", "sync_s", "train_mem_gb", "rollout_mem_gb", "tail_hold", "rollout_tp",
+    "colo_roll_speed", "roll_typical", "train_typical",
+)
+_INTEGERS = {"rollout_nodes", "train_nodes", "rollout_tp"}
+_INF = math.inf
+# Each column's range: the profile field's where it becomes one (`FIELD_RANGES`).
+_PROFILE_FIELD = {"rollout_s": "roll_s"}
+_RULES: dict[str, tuple[float, float, bool, str]] = {
+    "arrival_h": (0.0, _INF, True, "hours since the trace's start, >= 0"),
+    "params_b": (0.0, _INF, False, "billions of parameters, > 0"),
+    "rollout_nodes": (1.0, _INF, True, "a whole number of nodes >= 1"),
+    "train_nodes": (1.0, _INF, True, "a whole number of nodes >= 1"),
+    "run_h": (0.0, _INF, False, "hours the job runs alone, > 0"),
+    "rollout_tp": (1.0, 8.0, True, "GPUs per inference engine, 1 to 8"),
+}
+_RULES.update(
+    {c: FIELD_RANGES[_PROFILE_FIELD.get(c, c)] for c in REQUIRED + OPTIONAL if _PROFILE_FIELD.get(c, c) in FIELD_RANGES}
+)
+
+
+def _size(params_b: float) -> tuple[str, int]:
+    """The size label and the default tensor-parallel degree of a model of `params_b` billions."""
+    if params_b < 10:
+        return "small", 1
+    if params_b < 20:
+        return "medium", 2
+    return "large", 4
+
+
+def _kind(roll_s: float, train_s: float) -> str:
+    rho = roll_s / (roll_s + train_s)
+    return "rollout_heavy" if rho > 0.6 else "train_heavy" if rho < 0.4 else "balanced"
+
+
+def _parse(row: dict[str, str], wanted: tuple[str, ...]) -> tuple[dict[str, float], list[str]]:
+    values, problems = {}, []
+    for name in wanted:
+        text = (row.get(name) or "").strip()
+        if not text:
+            if name in REQUIRED:
+                problems.append(f"{name} is empty")
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            problems.append(f"{name} must be a number, got {text!r}")
+            continue
+        if name in _INTEGERS and math.isfinite(value) and value != int(value):
+            problems.append(f"{name} must be a whole number, got {text!r}")
+        elif problem := out_of_range(name, value, _RULES[name]):
+            problems.append(problem.replace(f"got {value!r}", f"got {text!r}"))
+        else:
+            values[name] = int(value) if name in _INTEGERS else value
+    return values, problems
+
+
+def _job(v: dict[str, float], job_id: str, seed: int, wl: WorkloadSpec) -> tuple[TraceJob | None, list[str]]:
+    """One row's job (every column already in range), or the problems that stop it."""
+    tp = v.get("rollout_tp", _size(v["params_b"])[1])
+    params, n_r, n_t = v["params_b"], v["rollout_nodes"], v["train_nodes"]
+    sync = v.get("sync_s", 2.0 * params / wl.link_gb_s + wl.sync_fixed_s)
+    roll_typical, train_typical = typical_fractions()
+    hold = v.get("tail_hold")
+    if hold is None:
+        hold = tail_hold(8 * n_r, tp, sigma=1.1, n_responses=wl.responses_per_step, seed=seed)
+    profile = JobProfile(
+        job_id=job_id,
+        kind=_kind(v["rollout_s"], v["train_s"]),
+        size=_size(params)[0],
+        n_rollout=n_r,
+        n_train=n_t,
+        roll_s=v["rollout_s"],
+        train_s=v["train_s"],
+        sync_s=round(sync, 1),
+        local_sync_s=round(sync / 4.0, 1),
+        train_mem_gb=v.get("train_mem_gb", 16.0 * params / n_t),
+        rollout_mem_gb=v.get("rollout_mem_gb", 2.0 * params),
+        slo=v["slo"],
+        colo_roll_speed=v.get("colo_roll_speed", 1.0),
+        roll_typical=v.get("roll_typical", round(roll_typical, 4)),
+        train_typical=v.get("train_typical", round(train_typical, 4)),
+        tail_hold=round(hold, 4),
+    )
+    problems = profile_problems(profile)
+    if problems:
+        return None, problems
+    n_iters = max(2, round(v["run_h"] * 3600.0 / profile.solo_iter_s))
+    return TraceJob(v["arrival_h"] * 3600.0, int(n_iters), seed, profile), []
+
+
+def trace_from_csv(path: str | Path, seed: int = 0) -> Trace:
+    """The jobs of a CSV file as a trace; ValueError listing every problem, by line."""
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            header = [h.strip() for h in reader.fieldnames or []]
+            reader.fieldnames = header
+            rows = list(reader)
+    except OSError as err:
+        raise ValueError(f"cannot read trace {path}: {err.strerror or err}") from None
+    except csv.Error as err:
+        raise ValueError(f"trace {path} is not CSV: {err}") from None
+    missing = [c for c in REQUIRED if c not in header]
+    unknown = [c for c in header if c not in REQUIRED + OPTIONAL]
+    if missing or unknown:
+        what = []
+        if missing:
+            what.append(f"missing column(s) {', '.join(missing)}")
+        if unknown:
+            what.append(f"unknown column(s) {', '.join(unknown)}")
+        raise ValueError(
+            f"trace {path}: {'; '.join(what)}. Required: {', '.join(REQUIRED)}; "
+            f"optional: {', '.join(OPTIONAL)}"
+        )
+    if not rows:
+        raise ValueError(f"trace {path}: no jobs below the header")
+    wl = WorkloadSpec(n_jobs=len(rows), arrival="file")
+    rng = np.random.default_rng(seed)
+    jobs: list[TraceJob] = []
+    problems: list[str] = []
+    seen: set[str] = set()
+    for i, row in enumerate(rows):
+        line = i + 2  # the header is line 1 (fields span no lines)
+        job_id = (row.get("job_id") or "").strip() or f"j{i:04d}"
+        job_seed = int(rng.integers(2**31))
+        where = f"line {line} ({job_id})"
+        if None in row:  # more fields than the header names
+            problems.append(f"{where}: more fields than the header has columns")
+            continue
+        if job_id in seen:
+            problems.append(f"{where}: job_id repeats an earlier line's; ids must be unique")
+        seen.add(job_id)
+        values, bad = _parse(row, REQUIRED + OPTIONAL[1:])
+        if not bad:
+            job, bad = _job(values, job_id, job_seed, wl)
+            if job is not None:
+                jobs.append(job)
+        problems += [f"{where}: {p}" for p in bad]
+    if problems:
+        raise ValueError(f"trace {path}: {listed_problems(problems)}")
+    jobs.sort(key=lambda j: j.arrival_s)
+    span_days = max(j.arrival_s for j in jobs) / 86400.0
+    return Trace(seed, WorkloadSpec(n_jobs=len(jobs), span_days=span_days, arrival="file"), jobs)

@@ -1,0 +1,102 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from roll_agentic.sim import cli
+from roll_agentic.sim.compare import compare
+from roll_agentic.sim.trace import Trace
+from roll_agentic.sim.trace_csv import OPTIONAL, REQUIRED, trace_from_csv
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "sim" / "jobs_example.csv"
+HEADER = ",".join(REQUIRED)
+GOOD_ROW = "0,7,1,1,900,1100,1.3,48"
+
+
+def _csv(tmp_path, text: str) -> Path:
+    path = tmp_path / "jobs.csv"
+    path.write_text(text)
+    return path
+
+
+def test_the_shipped_example_becomes_a_trace_with_the_generated_traces_defaults():
+    trace = Trace.load(EXAMPLE)  # by its suffix
+    by_id = {j.profile.job_id: j for j in trace.jobs}
+    assert len(by_id) == 6 and trace.workload.arrival == "file"
+    assert [j.arrival_s for j in trace.jobs] == sorted(j.arrival_s for j in trace.jobs)
+    swe = by_id["swe-32b"]
+    assert swe.arrival_s == 2.5 * 3600 and swe.profile.kind == "rollout_heavy"
+    assert swe.profile.size == "large" and (swe.profile.n_rollout, swe.profile.n_train) == (4, 2)
+    assert swe.profile.tail_hold == 0.32  # given
+    assert swe.profile.train_mem_gb == 16 * 32 / 2 and swe.profile.rollout_mem_gb == 64
+    assert swe.profile.sync_s == round(2 * 32 / 5 + 5, 1)
+    # One iteration is rollout + sync + training; 96 h of them.
+    assert swe.n_iters == round(96 * 3600 / swe.profile.solo_iter_s)
+    assert by_id["frozenlake-3b"].profile.tail_hold == 1.0  # no migration gain, as written
+    assert 0.2 < by_id["math-7b"].profile.tail_hold < 0.45  # the tail model's estimate
+    assert by_id["sokoban-7b"].profile.kind == "train_heavy"
+    assert 0 < by_id["math-7b"].profile.roll_typical < 1
+
+
+def test_a_csv_trace_runs_and_round_trips_through_json(tmp_path, capsys):
+    out = tmp_path / "trace.json"
+    assert cli.main(["compare", "--trace", str(EXAMPLE), "--save-trace", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert doc["slo_attainment"]["rollmux"] == 1.0 and doc["arrival"] == "file"
+    again, _ = compare(Trace.load(out))
+    assert again["cost_per_hour"] == doc["cost_per_hour"]
+    assert Trace.load(out).jobs == trace_from_csv(EXAMPLE).jobs
+
+
+def test_every_problem_of_every_line_is_named_at_once(tmp_path):
+    rows = [
+        "-1,7,0,1,abc,1100,0.9,48",  # line 2: four problems
+        "0,7,1.5,1,900,1100,1.3,",  # line 3: a fraction of a node, no length
+        "0,7,1,1,900,inf,1.3,48",  # line 4: not finite
+        GOOD_ROW,  # line 5 is fine
+    ]
+    with pytest.raises(ValueError) as err:
+        trace_from_csv(_csv(tmp_path, "\n".join([HEADER, *rows]) + "\n"))
+    text = str(err.value)
+    assert "7 problem(s)" in text
+    for piece in (
+        "line 2 (j0000): arrival_h must be hours since the trace's start, >= 0, got '-1'",
+        "line 2 (j0000): rollout_nodes must be a whole number of nodes >= 1, got '0'",
+        "line 2 (j0000): rollout_s must be a number, got 'abc'",
+        "line 2 (j0000): slo must be a tolerated slowdown",
+        "line 3 (j0001): rollout_nodes must be a whole number, got '1.5'",
+        "line 3 (j0001): run_h is empty",
+        "line 4 (j0002): train_s must be seconds",
+    ):
+        assert piece in text
+    assert "line 5" not in text
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("", "missing column(s) arrival_h"),
+        ("arrival_h,params_b\n0,7\n", "missing column(s) rollout_nodes"),
+        (f"{HEADER},colour\n{GOOD_ROW},red\n", "unknown column(s) colour"),
+        (f"{HEADER}\n", "no jobs below the header"),
+        (f"{HEADER}\n{GOOD_ROW},1\n", "line 2 (j0000): more fields than the header has columns"),
+        (f"job_id,{HEADER}\na,{GOOD_ROW}\na,{GOOD_ROW}\n", "line 3 (a): job_id repeats"),
+        (f"{HEADER},tail_hold\n{GOOD_ROW},1.5\n", "tail_hold must be a share of the rollout"),
+        (f"{HEADER},rollout_tp\n{GOOD_ROW},16\n", "rollout_tp must be GPUs per inference engine"),
+    ],
+)
+def test_a_malformed_file_is_refused_with_what_to_fix(tmp_path, text, says):
+    with pytest.raises(ValueError, match="trace .*jobs.csv") as err:
+        trace_from_csv(_csv(tmp_path, text))
+    assert says in str(err.value)
+    if "column(s)" in says:  # the valid columns are listed
+        assert all(c in str(err.value) for c in REQUIRED + OPTIONAL)
+
+
+def test_the_cli_reports_a_bad_csv_in_one_line(tmp_path, capsys):
+    path = _csv(tmp_path, f"{HEADER}\n0,7,1,1,900,1100,0.5,48\n")
+    assert cli.main(["compare", "--trace", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("roll-agentic sim compare: error: trace") and "slo" in err and "\n" not in err
+    assert cli.main(["compare", "--trace", str(tmp_path / "none.csv")]) == 2
+    assert "cannot read trace" in capsys.readouterr().err
