@@ -40,6 +40,11 @@ def gantt(result: SimResult, path: Path, max_nodes: int = 40, window_h: float = 
         "colour = job)"
     )
     ax.set_title(f"{result.policy}: phases per node (R = rollout node, T = training node)")
+    if len(jobs) <= 20:  # tab20's colours are distinct up to 20: name each job
+        from matplotlib.patches import Patch
+
+        handles = [Patch(facecolor=color[j], edgecolor="black", linewidth=0.2, label=j) for j in jobs]
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=6, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
