@@ -57,6 +57,24 @@ def _replan_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _spec(args: argparse.Namespace):
+    """The cluster a command runs on: `--cluster FILE`'s hardware (or the paper's) and the switch flags."""
+    from roll_agentic.mux.profile import ClusterSpec
+    from roll_agentic.sim.cluster_file import load_cluster
+
+    base = ClusterSpec(migration=not args.no_migration, rollout_fifo=args.rollout_fifo)
+    return load_cluster(args.cluster, base) if args.cluster else base
+
+
+def _cluster_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cluster",
+        metavar="FILE",
+        help="YAML of your hardware: GPU classes, prices, host memory, switch costs "
+        "(conf/sim/cluster_h20_h800.yaml is the default written out)",
+    )
+
+
 def _reporting_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Bad input (an unreadable or malformed trace file) ends in one line on stderr, exit 2."""
 
@@ -99,10 +117,9 @@ def _compare_seeds(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         arrival=args.arrival,
         rehome=args.rehome,
-        migration=not args.no_migration,
         share_any=args.share_any,
         replan_every_h=args.replan,
-        rollout_fifo=args.rollout_fifo,
+        spec=_spec(args),
     )
     doc = compare_seeds(parse_seeds(args.seeds), run, args.workers)
     rows = seeds_table(doc)
@@ -125,12 +142,11 @@ def _compare(args: argparse.Namespace) -> int:
         trace.save(args.save_trace)
     doc, results = compare(
         trace,
+        spec=_spec(args),
         record=bool(args.plot),
         rehome=args.rehome,
-        migration=not args.no_migration,
         share_any=args.share_any,
         replan_every_h=args.replan,
-        rollout_fifo=args.rollout_fifo,
     )
     if args.plot:
         from roll_agentic.sim.plots import write_plots
@@ -153,6 +169,7 @@ def _compare(args: argparse.Namespace) -> int:
         f"{doc['jobs']} jobs, seed {doc['seed']}, {doc['arrival']} arrivals; "
         f"$/h over the solo span of {doc['reference_hours']} h"
         + (f"; beyond the paper: {' '.join(flags)}" if flags else "")
+        + (f"; cluster {args.cluster}" if args.cluster else "")
     )
     return _emit(args, doc, rows)
 
@@ -164,12 +181,11 @@ def _optimality(args: argparse.Namespace) -> int:
         args.instances,
         args.jobs,
         args.seed,
+        spec=_spec(args),
         node_budget=args.budget,
         share_any=args.share_any,
         rehome=args.rehome,
         batch=not args.one_by_one,
-        migration=not args.no_migration,
-        rollout_fifo=args.rollout_fifo,
     )
     rows = [
         f"{'#':>3} {'jobs':>4} {'rollmux/optimal':>16} {'rollmux SLO':>12} "
@@ -195,26 +211,23 @@ def _scale(args: argparse.Namespace) -> int:
     doc = scale(
         args.jobs,
         args.seed,
+        spec=_spec(args),
         rehome=args.rehome,
-        migration=not args.no_migration,
         share_any=args.share_any,
         replan_every_h=args.replan,
-        rollout_fifo=args.rollout_fifo,
     )
     rows = [f"{k}: {v}" for k, v in doc.items()]
     return _emit(args, doc, rows)
 
 
 def _repack(args: argparse.Namespace) -> int:
-    from roll_agentic.mux.profile import ClusterSpec
     from roll_agentic.sim.repack import repack_report
 
     if args.trace:
         trace = Trace.load(args.trace)
     else:
         trace = generate_trace(args.seed, WorkloadSpec(n_jobs=args.jobs))
-    spec = ClusterSpec(migration=not args.no_migration, rollout_fifo=args.rollout_fifo)
-    doc = repack_report(trace, spec, args.snapshots, share_any=args.share_any)
+    doc = repack_report(trace, _spec(args), args.snapshots, share_any=args.share_any)
     rows = [
         f"{'day':>6} {'jobs':>5} {'online':>8} {'repacked':>9} {'solo':>8} {'colocated':>10}"
         "   ($/h per unit of progress)"
@@ -291,6 +304,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             "round-robin turns, so jobs that share only rollout nodes keep their own pace "
             "(beyond the paper; pays off with --share-any)",
         )
+        _cluster_option(p)
 
     p = sub.add_parser("compare", help="all policies on one trace")
     common(p, 200)
@@ -360,6 +374,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--rollout-fifo", action="store_true", help="rollout nodes serve first come, first served"
     )
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    _cluster_option(p)
     p.set_defaults(func=_reporting_errors(_repack))
 
     p = sub.add_parser("affinity", help="task-affine pools vs a single GPU pool")

@@ -135,6 +135,7 @@ def compare(
     out = summarize(results, spec)
     out["migration"] = spec.migration
     out["rollout_fifo"] = spec.rollout_fifo
+    out["cluster"] = cluster_summary(spec)
     out["rollmux_options"] = {
         "rehome": rehome,
         "share_any": share_any,
@@ -144,6 +145,24 @@ def compare(
     out["seed"] = trace.seed
     out["arrival"] = trace.workload.arrival
     return out, results
+
+
+def cluster_summary(spec: ClusterSpec) -> dict:
+    """The hardware a run assumed (`--cluster`), for its JSON."""
+    return {
+        **{
+            pool: {
+                "name": c.name,
+                "gpus_per_node": c.gpus_per_node,
+                "price_per_gpu_hour": c.price_per_gpu_hour,
+                "host_mem_gb": c.host_mem_gb,
+            }
+            for pool, c in (("rollout", spec.rollout), ("train", spec.train))
+        },
+        "warm_switch_s": round(spec.warm_switch_s, 4),
+        "cold_switch_s": spec.cold_switch_s,
+        "scale_efficiency": spec.scale_efficiency,
+    }
 
 
 def _instance(seed: int, n_jobs: int) -> list[TraceJob]:
@@ -265,6 +284,7 @@ def optimality(
         "batch": batch,
         "migration": spec.migration,
         "rollout_fifo": spec.rollout_fifo,
+        "cluster": cluster_summary(spec),
         "per_instance": rows,
     }
 
@@ -302,5 +322,6 @@ def scale(
         "slo_attainment": round(result.slo_attainment, 4),
         "migration": spec.migration,
         "rollout_fifo": spec.rollout_fifo,
+        "cluster": cluster_summary(spec),
         "simulation_wall_s": round(time.perf_counter() - t0, 2),
     }

@@ -12,9 +12,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from roll_agentic.mux.profile import ClusterSpec
 
 MAX_SEEDS = 64  # a typo such as 0-1000 should not start hours of work
 
@@ -49,10 +51,10 @@ class SeedRun:
     jobs: int = 200
     arrival: str = "poisson"
     rehome: bool = False
-    migration: bool = True
     share_any: bool = False
     replan_every_h: float = 0.0
-    rollout_fifo: bool = False
+    # The cluster and its switches (migration and FIFO rollout nodes), as `sim compare` builds it.
+    spec: ClusterSpec = field(default_factory=lambda: ClusterSpec(migration=True))
 
     def __call__(self, seed: int) -> dict:
         from roll_agentic.sim.compare import compare
@@ -61,11 +63,10 @@ class SeedRun:
         trace = generate_trace(seed, WorkloadSpec(n_jobs=self.jobs, arrival=self.arrival))
         doc, _ = compare(
             trace,
+            spec=self.spec,
             rehome=self.rehome,
-            migration=self.migration,
             share_any=self.share_any,
             replan_every_h=self.replan_every_h,
-            rollout_fifo=self.rollout_fifo,
         )
         return doc
 
@@ -124,6 +125,7 @@ def compare_seeds(seeds: list[int], run: SeedRun, workers: int | None = None) ->
         "rollout_fifo": docs[0]["rollout_fifo"],
         "migration": docs[0]["migration"],
         "rollmux_options": docs[0]["rollmux_options"],
+        "cluster": docs[0]["cluster"],
         "per_seed": per_seed,
     }
 

@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from roll_agentic.mux.profile import ClusterSpec
 from roll_agentic.sim import cli
 from roll_agentic.sim.compare import compare
 from roll_agentic.sim.seeds import MAX_SEEDS, SeedRun, compare_seeds, parse_seeds
@@ -33,7 +34,7 @@ def test_bad_seed_lists_are_refused_with_what_to_write(text, says):
 
 
 def test_every_seed_matches_its_own_comparison_and_workers_change_nothing():
-    run = SeedRun(jobs=10, rollout_fifo=True, share_any=True)
+    run = SeedRun(jobs=10, share_any=True, spec=ClusterSpec(migration=True, rollout_fifo=True))
     alone = compare_seeds([3, 1], run, workers=1)
     pooled = compare_seeds([3, 1], run, workers=2)
     assert alone == pooled

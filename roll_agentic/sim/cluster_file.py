@@ -1,0 +1,110 @@
+"""An operator's own hardware for the simulator: `sim ... --cluster FILE.yaml`.
+
+The default cluster is the paper's (H20 rollout nodes, H800 training nodes
+at 2.85x the price per GPU-hour, 1 TB of host memory each, a 135 s cold
+start and a 71.5x faster warm one). Prices, node shapes and switch costs
+change which placements pay, so an operator comparing schedulers for their
+own cluster states theirs (`conf/sim/cluster_h20_h800.yaml` is the default
+written out):
+
+    rollout: {name: L40S, gpus_per_node: 8, price_per_gpu_hour: 0.9, host_mem_gb: 512}
+    train: {name: H100, gpus_per_node: 8, price_per_gpu_hour: 2.5, host_mem_gb: 2048}
+    cold_switch_s: 90
+    warm_switch_s: 2
+
+Any key left out keeps the default. Policy switches (`--no-migration`,
+`--rollout-fifo`) stay flags: the file describes hardware only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields, replace
+from pathlib import Path
+
+import yaml
+
+from roll_agentic.mux.profile import ClusterSpec, NodeClass
+
+_NODE_RULES = {  # key: (type, lowest, lowest itself allowed, in words)
+    "name": (str, None, True, "a name for the GPU class"),
+    "gpus_per_node": (int, 1, True, "a whole number of GPUs >= 1"),
+    "price_per_gpu_hour": (float, 0.0, False, "a price per GPU-hour, > 0"),
+    "host_mem_gb": (float, 0.0, False, "GB of host memory per node, > 0"),
+}
+_SPEC_RULES = {
+    "warm_switch_s": (float, 0.0, True, "seconds, >= 0"),
+    "cold_switch_s": (float, 0.0, True, "seconds, >= 0"),
+    "scale_efficiency": (float, 0.0, False, "a fraction in (0, 1]"),
+}
+_POOLS = ("rollout", "train")
+
+
+def _check(where: str, value: object, rule: tuple) -> tuple[object, str | None]:
+    kind, low, closed, words = rule
+    if kind is str:
+        ok = isinstance(value, str) and bool(value.strip())
+        return (value, None) if ok else (None, f"{where} must be {words}, got {value!r}")
+    bad = f"{where} must be {words}, got {value!r}"
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None, bad
+    if kind is int and value != int(value):
+        return None, bad
+    if value < low or (value == low and not closed):
+        return None, bad
+    if where.endswith("scale_efficiency") and value > 1:
+        return None, bad
+    return (int(value) if kind is int else float(value)), None
+
+
+def _node(where: str, raw: object, base: NodeClass) -> tuple[NodeClass | None, list[str]]:
+    if not isinstance(raw, dict):
+        return None, [f"{where} must be a mapping of {', '.join(_NODE_RULES)}, got {raw!r}"]
+    problems = [
+        f"{where}.{k}: unknown key; valid: {', '.join(_NODE_RULES)}" for k in raw if k not in _NODE_RULES
+    ]
+    values = {}
+    for key, value in raw.items():
+        if key in _NODE_RULES:
+            checked, problem = _check(f"{where}.{key}", value, _NODE_RULES[key])
+            if problem:
+                problems.append(problem)
+            else:
+                values[key] = checked
+    return (replace(base, **values) if not problems else None), problems
+
+
+def load_cluster(path: str | Path, base: ClusterSpec | None = None) -> ClusterSpec:
+    """`base` (default: the paper's cluster) with the file's hardware; ValueError listing every problem."""
+    base = base or ClusterSpec()
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise ValueError(f"cannot read cluster file {path}: {err.strerror or err}") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"cluster file {path} is not YAML: {err}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"cluster file {path}: expected a mapping with {', '.join(_POOLS + tuple(_SPEC_RULES))}")
+    problems: list[str] = []
+    values: dict[str, object] = {}
+    for key, value in raw.items():
+        if key in _POOLS:
+            node, bad = _node(key, value, getattr(base, key))
+            problems += bad
+            if node is not None:
+                values[key] = node
+        elif key in _SPEC_RULES:
+            checked, problem = _check(key, value, _SPEC_RULES[key])
+            if problem:
+                problems.append(problem)
+            else:
+                values[key] = checked
+        elif key in {f.name for f in fields(ClusterSpec)}:
+            problems.append(f"{key}: a policy switch, not hardware; use its command-line flag")
+        else:
+            problems.append(f"{key}: unknown key; valid: {', '.join(_POOLS + tuple(_SPEC_RULES))}")
+    if problems:
+        raise ValueError(f"cluster file {path}: {len(problems)} problem(s): " + "; ".join(problems))
+    return replace(base, **values)
