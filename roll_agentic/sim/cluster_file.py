@@ -25,6 +25,7 @@ from pathlib import Path
 import yaml
 
 from roll_agentic.mux.profile import ClusterSpec, NodeClass
+from roll_agentic.sim.doc_file import read_doc
 
 _NODE_RULES = {  # key: (type, lowest, lowest itself allowed, in words)
     "name": (str, None, True, "a name for the GPU class"),
@@ -77,12 +78,7 @@ def _node(where: str, raw: object, base: NodeClass) -> tuple[NodeClass | None, l
 def load_cluster(path: str | Path, base: ClusterSpec | None = None) -> ClusterSpec:
     """`base` (default: the paper's cluster) with the file's hardware; ValueError listing every problem."""
     base = base or ClusterSpec()
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except OSError as err:
-        raise ValueError(f"cannot read cluster file {path}: {err.strerror or err}") from None
-    except yaml.YAMLError as err:
-        raise ValueError(f"cluster file {path} is not YAML: {err}") from None
+    raw = read_doc(path, "cluster file", yaml.safe_load, yaml.YAMLError, "YAML")
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

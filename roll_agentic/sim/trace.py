@@ -40,6 +40,7 @@ import numpy as np
 
 from roll_agentic.mux.migration import tail_hold
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, profile_problems
+from roll_agentic.sim.doc_file import read_doc
 
 SIZES = {  # name: (params in billions, rollout nodes, training nodes)
     "small": (7.0, 1, 1),
@@ -125,12 +126,7 @@ class Trace:
             from roll_agentic.sim.trace_csv import trace_from_csv
 
             return trace_from_csv(path)
-        try:
-            doc = json.loads(Path(path).read_text())
-        except OSError as err:
-            raise ValueError(f"cannot read trace {path}: {err.strerror or err}") from None
-        except json.JSONDecodeError as err:
-            raise ValueError(f"trace {path} is not JSON: {err}") from None
+        doc = read_doc(path, "trace", json.loads, json.JSONDecodeError, "JSON")
         if not isinstance(doc, dict) or not {"seed", "workload", "jobs"} <= doc.keys():
             raise ValueError(
                 f"trace {path}: expected an object with 'seed', 'workload' and 'jobs' "

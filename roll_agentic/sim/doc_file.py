@@ -1,0 +1,18 @@
+"""Reading a JSON or YAML file handed to the simulator, with errors that name the file."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+
+def read_doc(
+    path: str | Path, what: str, loads: Callable[[str], object], bad: type[Exception], fmt: str
+) -> object:
+    """`loads` of the file's text; ValueError `cannot read <what> PATH` or `<what> PATH is not <fmt>`."""
+    try:
+        return loads(Path(path).read_text())
+    except OSError as err:
+        raise ValueError(f"cannot read {what} {path}: {err.strerror or err}") from None
+    except bad as err:
+        raise ValueError(f"{what} {path} is not {fmt}: {err}") from None
