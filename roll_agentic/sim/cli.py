@@ -16,8 +16,12 @@ import functools
 import json
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from roll_agentic.sim.trace import Trace, WorkloadSpec, generate_trace
+
+if TYPE_CHECKING:
+    from roll_agentic.mux.profile import ClusterSpec
 
 
 def _at_least(low: int):
@@ -57,7 +61,7 @@ def _replan_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _spec(args: argparse.Namespace):
+def _spec(args: argparse.Namespace) -> ClusterSpec:
     """The cluster a command runs on: `--cluster FILE`'s hardware (or the paper's) and the switch flags."""
     from roll_agentic.mux.profile import ClusterSpec
     from roll_agentic.sim.cluster_file import load_cluster
