@@ -227,24 +227,34 @@ class RollMuxPolicy(RoundRobinPhases):
     # with share_any and rehome, 6 gave $697/h and $724/h, no cap $703/h
     # and $729/h, and 2,000 jobs took less scheduler time.
     max_members: int = 6
-    # Every this many hours, re-place all running jobs from scratch with the
-    # batch search and move them between iterations when that is cheaper by
-    # `replan_margin` (`sim/replan.py`; 0: never). Not in the paper. Off by
-    # default for its scheduler time: each re-plan searches a batch of every
-    # running job (~40), hundreds of times over a 2,000-job trace (about
-    # 20 s of CPU in all, against the 1 s bar). Measured on the 200-job
-    # trace (seeds 0-4) at 12 h: 1.66-1.74x cheaper than solo instead of
-    # 1.51-1.58x, SLOs all met.
+    # Every this many hours, re-place the jobs of the groups that save least
+    # (`replan_jobs`) from scratch with the batch search and move them
+    # between iterations when that is cheaper by `replan_margin`
+    # (`sim/replan.py`; 0: never). Not in the paper. Off by default for its
+    # scheduler time: each re-plan searches a batch of ~24 jobs, hundreds of
+    # times over a 2,000-job trace (9.5 s of CPU in all, against the 1 s
+    # bar). Measured on the 200-job trace (seeds 0-4) at 12 h: 1.66-1.73x
+    # cheaper than solo instead of 1.51-1.58x, SLOs all met.
     replan_every_h: float = 0.0
     replan_margin: float = 0.02
-    # Placements a re-plan's batch search may try. A re-plan places every
-    # running job (~40 on the 200-job trace), so this many buys only the
+    # Placements a re-plan's batch search may try. A re-plan places ~24 to
+    # 40 running jobs on the 200-job trace, so this many buys only the
     # search's seed orders, no local search. Measured with `--rollout-fifo
     # --share-any --rehome --replan 12` (seed 0, before FIFO plans allowed
     # for queueing): 3,200 gave $651.4/h for 19.6 s of re-plan CPU, 400
     # $658.9/h for 2.6 s, 100 $652.1/h for 2.3 s; `--replan 12` alone,
     # $698.8/h at 3,200 and $696.6/h at 100.
     replan_budget: int = 100
+    # A re-plan re-places the jobs of the groups that save least over solo
+    # (`sim/replan.worst_groups`), at least this many (0: every running
+    # job): the well-packed groups rarely change, and a re-plan's cost no
+    # longer grows with the cluster. Mean saving over solo on seeds 0-4
+    # (`sim compare --seeds 0-4`) and re-plan CPU on 2,000 jobs
+    # (`sim scale`), with `--rollout-fifo --share-any --rehome --replan 12`
+    # and with `--replan 12` alone: every job, 1.784x / 28.8 s and
+    # 1.689x / 18.9 s; 24, 1.781x / 14.9 s and 1.693x / 9.5 s; 16, 1.788x /
+    # 9.1 s and 1.675x / 5.8 s; 8, 1.760x / 4.3 s (FIFO configuration).
+    replan_jobs: int = 24
     name: str = "rollmux"
     _views: dict[int, GroupView] = field(default_factory=dict, repr=False)
     _groups: dict[int, Group] = field(default_factory=dict, repr=False)  # whose views we keep

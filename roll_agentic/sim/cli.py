@@ -56,7 +56,8 @@ def _replan_option(p: argparse.ArgumentParser) -> None:
         type=_hours,
         default=0.0,
         metavar="HOURS",
-        help="every HOURS, re-place all running jobs from scratch and move them between "
+        help="every HOURS, re-place the running jobs of the groups that save least from scratch "
+        "and move them between "
         "iterations where that is cheaper (beyond the paper; costs scheduler time; default 0: off)",
     )
 

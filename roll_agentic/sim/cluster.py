@@ -32,7 +32,7 @@ What it models (and what it does not):
 - A policy with `regroup` set may move a job left alone in its group to
   another group between two iterations; the move pays a cold start on
   each of its first phases there (`_regroup`). One with `replan_every_h`
-  re-places every running job now and then and moves them the same way
+  re-places the jobs of its least-saving groups now and then and moves them the same way
   (`replan.py`).
 - Not modelled: node failures, network contention between jobs' syncs,
   partial-node allocations, the cold load of a job's very first phase
@@ -360,7 +360,13 @@ class ClusterSimulator:
             budget=policy.replan_budget,  # type: ignore[attr-defined]
         )
         self._replanner.plan(
-            self._book.groups, home, place_batch, self.spec, headroom, self._turns.joins
+            self._book.groups,
+            home,
+            place_batch,
+            self.spec,
+            headroom,
+            self._turns.joins,
+            limit=int(getattr(policy, "replan_jobs", 0)),
         )
         self._replan_s += wallclock.process_time() - t0
 

@@ -1,12 +1,14 @@
-"""Periodic re-planning: re-place the running jobs from scratch, move them between iterations.
+"""Periodic re-planning: re-place running jobs from scratch, move them between iterations.
 
 Beyond the paper, which places a job once, on arrival. Jobs then leave at
 their own times, and the groups they leave behind keep their shape;
 `sim repack` measures what that costs (the running jobs of the 200-job
 trace, re-placed at once, would cost 1.14-1.18x less). Every
 `RollMuxPolicy.replan_every_h` hours the simulator asks the policy's batch
-search for a fresh placement of every running job, and adopts it when it
-is cheaper by `replan_margin` ($/h per unit of progress, on plans):
+search for a fresh placement of the running jobs of the groups that save
+least (`worst_groups`, at least `RollMuxPolicy.replan_jobs` jobs), and
+adopts it when it is cheaper by `replan_margin` ($/h per unit of progress
+over those groups, on plans):
 
 - groups the plan keeps as they are (same members, same sharing) stay put;
 - every other job moves to its planned group at the end of its current
@@ -61,6 +63,32 @@ def move_keeps_slo(
     return finish <= profile.slo * total
 
 
+def worst_groups(
+    groups: Mapping[int, Group], assessor: GroupAssessor, spec: ClusterSpec, jobs: int
+) -> dict[int, Group]:
+    """The groups that save least over their members' solo cost, worst first, until they hold `jobs` jobs.
+
+    A group's score is its $/h per unit of progress over its members' mean
+    solo $/h: 1 for a job alone (no saving), lower the better it packs. A
+    re-plan that searches only these jobs gives its batch search the same
+    budget for fewer jobs, and its cost no longer grows with the cluster.
+    """
+
+    def waste(g: Group) -> float:
+        rate = assessor.assess(g)[1]
+        solo = sum(p.solo_cost_per_hour(spec) for p in g.members.values())
+        return (g.cost_per_hour(spec) / rate) / (solo / len(g.members)) if rate else float("inf")
+
+    picked: dict[int, Group] = {}
+    count = 0
+    for gid, g in sorted(groups.items(), key=lambda kv: -waste(kv[1])):
+        if count >= jobs:
+            break
+        picked[gid] = g
+        count += len(g.members)
+    return picked
+
+
 @dataclass
 class Replanner:
     margin: float
@@ -83,17 +111,24 @@ class Replanner:
         spec: ClusterSpec,
         headroom: float,
         joins: int,
+        limit: int = 0,
     ) -> bool:
-        """Re-place every running job; adopt the plan if it is cheaper by `margin`.
+        """Re-place the running jobs; adopt the plan if it is cheaper by `margin`.
 
         `home`: each job's current group; `joins`: the next round-robin
         position, so planned members keep the plan's order among themselves
-        and go after every job already running.
+        and go after every job already running. `limit`: re-place only the
+        jobs of the groups that save least (`worst_groups`), at least this
+        many; 0: every running job.
         """
-        running = [p for g in groups.values() for p in g.members.values()]
-        if len(running) < 2 or self.targets:
+        if self.targets:
             return False
         assessor = GroupAssessor(spec, headroom)
+        if limit:
+            groups = worst_groups(groups, assessor, spec, limit)
+        running = [p for g in groups.values() for p in g.members.values()]
+        if len(running) < 2:
+            return False
         current = assessor.objective(groups.values())
         plan = GroupBook(spec)
         apply_batch(plan, place_batch(plan.groups, running))

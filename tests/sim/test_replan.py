@@ -1,12 +1,15 @@
 """Periodic re-planning: running jobs re-placed from scratch, moved between iterations."""
 
+from dataclasses import replace
+
 import pytest
 
+from roll_agentic.mux.batch import GroupAssessor
 from roll_agentic.mux.group import CandidateKind, GroupBook
 from roll_agentic.mux.placement import RollMuxPolicy, new_group_placement
 from roll_agentic.mux.profile import ClusterSpec, JobProfile
 from roll_agentic.sim.cluster import ClusterSimulator
-from roll_agentic.sim.replan import Replanner, move_keeps_slo
+from roll_agentic.sim.replan import Replanner, move_keeps_slo, worst_groups
 from roll_agentic.sim.trace import WorkloadSpec, generate_trace
 
 SPEC = ClusterSpec(migration=True)
@@ -61,6 +64,44 @@ def test_two_jobs_alone_are_planned_together_and_the_group_forms_as_they_move():
     replanner.moved("j1", second, group, plan_nodes, [n.node_id for n in opened])
     assert replanner.forming() == set() and len(book.groups) == 1
     assert list(group.pinning) == sorted(group.pinning, key=lambda j: replanner.order[j])
+
+
+def _book_of(pairs: list[tuple[JobProfile, JobProfile | None]]) -> GroupBook:
+    """A book with one group per pair: the first job alone, the second (if any) packed with it."""
+    book = GroupBook(SPEC)
+    for first, second in pairs:
+        group, _ = book.apply(new_group_placement(first, SPEC), first)
+        if second is not None:
+            pin = group.pinning[first.job_id]
+            book.apply(
+                replace(new_group_placement(second, SPEC), kind=CandidateKind.PACK,
+                        group_id=group.group_id, rollout_nodes=pin.rollout_nodes,
+                        train_nodes=pin.train_nodes, new_rollout=0, new_train=0),
+                second,
+            )
+    return book
+
+
+def test_worst_groups_are_those_that_save_least_over_solo():
+    # Two packed complementary pairs save; two jobs alone save nothing.
+    book = _book_of([(prof(0, 0.7), prof(1, 0.3)), (prof(2, 0.5), None),
+                     (prof(3, 0.7), prof(4, 0.3)), (prof(5, 0.5), None)])
+    assessor = GroupAssessor(SPEC, 0.05)
+    lone = {g for g, grp in book.groups.items() if len(grp.members) == 1}
+    assert set(worst_groups(book.groups, assessor, SPEC, 2)) == lone
+    assert set(worst_groups(book.groups, assessor, SPEC, 1)) < lone  # one group holds one job
+    assert len(worst_groups(book.groups, assessor, SPEC, 3)) == 3  # and one pair: 4 jobs >= 3
+    assert worst_groups(book.groups, assessor, SPEC, 99) == book.groups
+
+
+def test_a_limited_replan_moves_only_the_jobs_of_the_worst_groups():
+    # The pair packs well already; the two lone jobs are re-planned together.
+    book = _book_of([(prof(0, 0.7), prof(1, 0.3)), (prof(2, 0.7), None), (prof(3, 0.3), None)])
+    home = {j: gid for gid, g in book.groups.items() for j in g.members}
+    replanner = Replanner(margin=0.02)
+    policy = RollMuxPolicy(SPEC)
+    assert replanner.plan(book.groups, home, policy.place_batch, SPEC, policy.headroom, 4, limit=2)
+    assert set(replanner.targets) == {"j2", "j3"}
 
 
 def test_replanning_a_trace_costs_less_and_keeps_every_slo():
