@@ -32,8 +32,8 @@ What it models (and what it does not):
 - A policy with `regroup` set may move a job left alone in its group to
   another group between two iterations; the move pays a cold start on
   each of its first phases there (`_regroup`). One with `replan_every_h`
-  re-places the jobs of its least-saving groups now and then and moves them the same way
-  (`replan.py`).
+  re-places the jobs of its least-saving groups now and then and moves
+  them the same way (`replan.py`).
 - Not modelled: node failures, network contention between jobs' syncs,
   partial-node allocations, the cold load of a job's very first phase
   (identical across policies).
@@ -157,7 +157,7 @@ class ClusterSimulator:
         self._changed: list[int] = []  # groups that gained room (opened or left), in order
         self._moves = 0
         self._turns = NodeTurns()
-        self._replanner = Replanner(float(getattr(self.policy, "replan_margin", 0.0)))
+        self._replanner = Replanner.of(self.policy)
         self._replan_s = 0.0
         by_id = {j.profile.job_id: j for j in trace_jobs}
         last_arrival = max((j.arrival_s for j in trace_jobs), default=0.0)
@@ -360,13 +360,7 @@ class ClusterSimulator:
             budget=policy.replan_budget,  # type: ignore[attr-defined]
         )
         self._replanner.plan(
-            self._book.groups,
-            home,
-            place_batch,
-            self.spec,
-            headroom,
-            self._turns.joins,
-            limit=int(getattr(policy, "replan_jobs", 0)),
+            self._book.groups, home, place_batch, self.spec, headroom, self._turns.joins
         )
         self._replan_s += wallclock.process_time() - t0
 

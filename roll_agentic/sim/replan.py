@@ -92,12 +92,18 @@ def worst_groups(
 @dataclass
 class Replanner:
     margin: float
+    limit: int = 0  # re-place the jobs of the worst groups, at least this many; 0: every running job
     targets: dict[str, Target] = field(default_factory=dict)
     pending: dict[PlanKey, int] = field(default_factory=dict)  # members still to move in
     group_of: dict[PlanKey, int] = field(default_factory=dict)  # real id of a formed planned group
     node_of: dict[tuple[int, int], int] = field(default_factory=dict)  # (re-plan, plan node): real
     order: dict[str, float] = field(default_factory=dict)
     replans: int = 0  # adopted
+
+    @classmethod
+    def of(cls, policy: object) -> Replanner:
+        """The re-planner a policy asks for (its `replan_margin` and `replan_jobs`; none: 0)."""
+        return cls(float(getattr(policy, "replan_margin", 0.0)), int(getattr(policy, "replan_jobs", 0)))
 
     def forming(self) -> set[int]:
         """Real groups still waiting for planned members."""
@@ -111,21 +117,19 @@ class Replanner:
         spec: ClusterSpec,
         headroom: float,
         joins: int,
-        limit: int = 0,
     ) -> bool:
         """Re-place the running jobs; adopt the plan if it is cheaper by `margin`.
 
         `home`: each job's current group; `joins`: the next round-robin
         position, so planned members keep the plan's order among themselves
-        and go after every job already running. `limit`: re-place only the
-        jobs of the groups that save least (`worst_groups`), at least this
-        many; 0: every running job.
+        and go after every job already running. With `limit`, only the jobs
+        of the groups that save least (`worst_groups`) are re-placed.
         """
         if self.targets:
             return False
         assessor = GroupAssessor(spec, headroom)
-        if limit:
-            groups = worst_groups(groups, assessor, spec, limit)
+        if self.limit:
+            groups = worst_groups(groups, assessor, spec, self.limit)
         running = [p for g in groups.values() for p in g.members.values()]
         if len(running) < 2:
             return False

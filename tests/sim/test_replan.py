@@ -98,9 +98,9 @@ def test_a_limited_replan_moves_only_the_jobs_of_the_worst_groups():
     # The pair packs well already; the two lone jobs are re-planned together.
     book = _book_of([(prof(0, 0.7), prof(1, 0.3)), (prof(2, 0.7), None), (prof(3, 0.3), None)])
     home = {j: gid for gid, g in book.groups.items() for j in g.members}
-    replanner = Replanner(margin=0.02)
+    replanner = Replanner(margin=0.02, limit=2)
     policy = RollMuxPolicy(SPEC)
-    assert replanner.plan(book.groups, home, policy.place_batch, SPEC, policy.headroom, 4, limit=2)
+    assert replanner.plan(book.groups, home, policy.place_batch, SPEC, policy.headroom, 4)
     assert set(replanner.targets) == {"j2", "j3"}
 
 
