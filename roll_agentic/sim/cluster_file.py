@@ -24,38 +24,38 @@ from pathlib import Path
 
 import yaml
 
-from roll_agentic.mux.profile import ClusterSpec, NodeClass
+from roll_agentic.mux.profile import ClusterSpec, NodeClass, out_of_range
 from roll_agentic.sim.doc_file import read_doc
 
-_NODE_RULES = {  # key: (type, lowest, lowest itself allowed, in words)
-    "name": (str, None, True, "a name for the GPU class"),
-    "gpus_per_node": (int, 1, True, "a whole number of GPUs >= 1"),
-    "price_per_gpu_hour": (float, 0.0, False, "a price per GPU-hour, > 0"),
-    "host_mem_gb": (float, 0.0, False, "GB of host memory per node, > 0"),
+_INF = math.inf
+# key: (type, then `profile.out_of_range`'s rule: lowest, highest, lowest itself allowed, in words)
+_NODE_RULES: dict[str, tuple] = {
+    "name": (str, "a name for the GPU class"),
+    "gpus_per_node": (int, 1.0, _INF, True, "a whole number of GPUs >= 1"),
+    "price_per_gpu_hour": (float, 0.0, _INF, False, "a price per GPU-hour, > 0"),
+    "host_mem_gb": (float, 0.0, _INF, False, "GB of host memory per node, > 0"),
 }
-_SPEC_RULES = {
-    "warm_switch_s": (float, 0.0, True, "seconds, >= 0"),
-    "cold_switch_s": (float, 0.0, True, "seconds, >= 0"),
-    "scale_efficiency": (float, 0.0, False, "a fraction in (0, 1]"),
+_SPEC_RULES: dict[str, tuple] = {
+    "warm_switch_s": (float, 0.0, _INF, True, "seconds, >= 0"),
+    "cold_switch_s": (float, 0.0, _INF, True, "seconds, >= 0"),
+    "scale_efficiency": (float, 0.0, 1.0, False, "a fraction in (0, 1]"),
 }
 _POOLS = ("rollout", "train")
 
 
 def _check(where: str, value: object, rule: tuple) -> tuple[object, str | None]:
-    kind, low, closed, words = rule
+    """The value as its type, or the problem with it."""
+    kind, *limits = rule
     if kind is str:
-        ok = isinstance(value, str) and bool(value.strip())
-        return (value, None) if ok else (None, f"{where} must be {words}, got {value!r}")
-    bad = f"{where} must be {words}, got {value!r}"
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None, bad
-    if kind is int and value != int(value):
-        return None, bad
-    if value < low or (value == low and not closed):
-        return None, bad
-    if where.endswith("scale_efficiency") and value > 1:
-        return None, bad
-    return (int(value) if kind is int else float(value)), None
+        if isinstance(value, str) and value.strip():
+            return value, None
+        return None, f"{where} must be {limits[-1]}, got {value!r}"
+    problem = out_of_range(where, value, tuple(limits))
+    if problem is None and kind is int and value != int(value):  # type: ignore[call-overload]
+        problem = f"{where} must be {limits[-1]}, got {value!r}"
+    if problem:
+        return None, problem
+    return (int(value) if kind is int else float(value)), None  # type: ignore[arg-type]
 
 
 def _node(where: str, raw: object, base: NodeClass) -> tuple[NodeClass | None, list[str]]:
