@@ -39,7 +39,14 @@ import numpy as np
 
 from roll_agentic.mux.migration import tail_hold
 from roll_agentic.mux.profile import FIELD_RANGES, JobProfile, out_of_range, profile_problems
-from roll_agentic.sim.trace import Trace, TraceJob, WorkloadSpec, listed_problems, typical_fractions
+from roll_agentic.sim.trace import (
+    ROLLOUT_TP,
+    Trace,
+    TraceJob,
+    WorkloadSpec,
+    listed_problems,
+    typical_fractions,
+)
 
 REQUIRED = (
     "arrival_h", "params_b", "rollout_nodes", "train_nodes", "rollout_s", "train_s", "slo", "run_h",
@@ -60,18 +67,15 @@ _RULES: dict[str, tuple[float, float, bool, str]] = {
     "run_h": (0.0, _INF, False, "hours the job runs alone, > 0"),
     "rollout_tp": (1.0, 8.0, True, "GPUs per inference engine, 1 to 8"),
 }
-_RULES.update(
-    {c: FIELD_RANGES[_PROFILE_FIELD.get(c, c)] for c in REQUIRED + OPTIONAL if _PROFILE_FIELD.get(c, c) in FIELD_RANGES}
-)
+for _column in REQUIRED + OPTIONAL:
+    _field = _PROFILE_FIELD.get(_column, _column)
+    if _field in FIELD_RANGES:
+        _RULES[_column] = FIELD_RANGES[_field]
 
 
-def _size(params_b: float) -> tuple[str, int]:
-    """The size label and the default tensor-parallel degree of a model of `params_b` billions."""
-    if params_b < 10:
-        return "small", 1
-    if params_b < 20:
-        return "medium", 2
-    return "large", 4
+def _size(params_b: float) -> str:
+    """The generated traces' size label of a model of `params_b` billions (sets its default TP)."""
+    return "small" if params_b < 10 else "medium" if params_b < 20 else "large"
 
 
 def _kind(roll_s: float, train_s: float) -> str:
@@ -103,7 +107,7 @@ def _parse(row: dict[str, str], wanted: tuple[str, ...]) -> tuple[dict[str, floa
 
 def _job(v: dict[str, float], job_id: str, seed: int, wl: WorkloadSpec) -> tuple[TraceJob | None, list[str]]:
     """One row's job (every column already in range), or the problems that stop it."""
-    tp = v.get("rollout_tp", _size(v["params_b"])[1])
+    tp = v.get("rollout_tp", ROLLOUT_TP[_size(v["params_b"])])
     params, n_r, n_t = v["params_b"], v["rollout_nodes"], v["train_nodes"]
     sync = v.get("sync_s", 2.0 * params / wl.link_gb_s + wl.sync_fixed_s)
     roll_typical, train_typical = typical_fractions()
@@ -113,7 +117,7 @@ def _job(v: dict[str, float], job_id: str, seed: int, wl: WorkloadSpec) -> tuple
     profile = JobProfile(
         job_id=job_id,
         kind=_kind(v["rollout_s"], v["train_s"]),
-        size=_size(params)[0],
+        size=_size(params),
         n_rollout=n_r,
         n_train=n_t,
         roll_s=v["rollout_s"],
