@@ -36,6 +36,10 @@ class GroupView:
     train_order: list[int]  # training nodes, least loaded first
     rollout_order: list[int]
     colocated: bool  # a member runs both phases on training nodes: no idle phase to share
+    # Least free host memory of a node in each pool: a job needing no more
+    # fits on every node of that pool, and placement skips the per-node check.
+    train_room_gb: float
+    rollout_room_gb: float
     # What each member adds to the group's effective cost (`RollMuxPolicy.move_offer`).
     adds: dict[str, float] = field(default_factory=dict)
 
@@ -53,6 +57,9 @@ def view_of(group: Group, spec: ClusterSpec, rate: float | None = None) -> Group
 
     def order(pool: Pool) -> list[int]:
         return sorted(group.node_ids(pool), key=lambda nid: (load[nid], nid))
+
+    def room(pool: Pool) -> float:
+        return min((n.mem_free_gb for n in group.nodes.values() if n.pool is pool), default=0.0)
 
     top = max(load.values())
     colocated = any(p.colocated for p in group.pinning.values())
@@ -73,6 +80,8 @@ def view_of(group: Group, spec: ClusterSpec, rate: float | None = None) -> Group
         order(Pool.TRAIN),
         order(Pool.ROLLOUT),
         colocated,
+        room(Pool.TRAIN),
+        room(Pool.ROLLOUT),
     )
 
 

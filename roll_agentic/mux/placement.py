@@ -345,8 +345,11 @@ class RollMuxPolicy(RoundRobinPhases):
                 # members' SLOs; skipping it cost 1-2 % on the traces.)
                 continue
             nodes = group.nodes
-            train = [n for n in view.train_order if nodes[n].mem_free_gb >= job.train_mem_gb]
-            rollout = [n for n in view.rollout_order if nodes[n].mem_free_gb >= job.rollout_mem_gb]
+            train, rollout = view.train_order, view.rollout_order
+            if job.train_mem_gb > view.train_room_gb:
+                train = [n for n in train if nodes[n].mem_free_gb >= job.train_mem_gb]
+            if job.rollout_mem_gb > view.rollout_room_gb:
+                rollout = [n for n in rollout if nodes[n].mem_free_gb >= job.rollout_mem_gb]
             cycle = max(view.cycle, t.iter_s)
             for t_new in range(t_new_max + 1):
                 t_reuse = job.n_train - t_new

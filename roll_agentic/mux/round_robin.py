@@ -31,6 +31,7 @@ from roll_agentic.mux.profile import (
     Pool,
     planned,
 )
+from roll_agentic.mux.repeat_watch import RepeatWatch
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,7 @@ def evaluate_round_robin(
         for j, m in enumerate(members)
     ]
     syncs = [m.times.sync_s for m in members]
+    watch = RepeatWatch(roll_nodes, train_nodes, n_nodes)
     for _ in range(meta_iterations):
         # The rollout and training halves below are the same step written out
         # twice, inline: this loop runs inside every SLO check (bar: 2,000
@@ -231,6 +233,9 @@ def evaluate_round_robin(
                 free[n], last[n] = end, t_ph
             ends[j].append(end)
             ready[j] = end + syncs[j]
+        repeating = watch.periods(free, last, ready)
+        if repeating is not None:
+            return repeating  # every later meta-iteration is this one shifted
     # Train end to train end: one rollout, one train and one sync, as solo.
     return _locked_periods([_steady_period(e) for e in ends], members)
 

@@ -109,8 +109,10 @@ def gang_groups(draw):
 @given(gang_groups(), st.sampled_from([0.0, 1.9]))
 def test_recursion_matches_the_event_run_of_round_robin(members, switch_s):
     # The fast recursion must be the same schedule as turns taken by events.
+    # (The recursion stops once a meta-iteration repeats the last one
+    # shifted, `repeat_watch.py`: equal up to the sums' rounding.)
     fast = evaluate_round_robin(members, switch_s=switch_s)
-    assert fast == _evaluate_by_events(members, 6 + 3 * len(members), switch_s)
+    assert fast == pytest.approx(_evaluate_by_events(members, 6 + 3 * len(members), switch_s), rel=1e-9)
 
 
 def test_colocated_member_is_run_by_events():
