@@ -49,7 +49,7 @@ from roll_agentic.mux.group import (
 )
 from roll_agentic.mux.group_view import GroupView, effective_cost, view_of
 from roll_agentic.mux.policy import RoundRobinPhases
-from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool, phase_times, planned
+from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseTimes, Pool, phase_times, planned
 from roll_agentic.mux.rehome import MoveOffer, Rehomer
 from roll_agentic.mux.round_robin import (
     MemberPlan,
@@ -262,6 +262,8 @@ class RollMuxPolicy(RoundRobinPhases):
     # SLO check: the group's next view needs no simulation of its own.
     _joined: dict[int, tuple[tuple[str, ...], float]] = field(default_factory=dict, repr=False)
     _rehomer: Rehomer = field(init=False, repr=False)
+    _prune_at: int = field(default=16, repr=False)
+    _own: dict[str, tuple[JobProfile, Placement, PhaseTimes]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self._rehomer = Rehomer(self.move_margin)
@@ -279,6 +281,22 @@ class RollMuxPolicy(RoundRobinPhases):
             view = self._views[group.group_id] = view_of(group, self.spec, rate)
             self._groups[group.group_id] = group
         return view
+
+    def _own_plan(self, job: JobProfile) -> tuple[Placement, PhaseTimes]:
+        """The job's group of its own, and its planned phase times on its own node counts.
+
+        Any pinning has the job's own node counts, so one plan serves every
+        candidate. Kept per job: a running job is offered moves again and again.
+        """
+        known = self._own.get(job.job_id)
+        if known is not None and known[0] is job:
+            return known[1], known[2]
+        if len(self._own) >= 4096:
+            self._own.clear()  # departed jobs' entries; the live ones are cheap to redo
+        plan = planned(phase_times(job, job.n_rollout, job.n_train, False, self.spec), job)
+        fallback = new_group_placement(job, self.spec)
+        self._own[job.job_id] = (job, fallback, plan)
+        return fallback, plan
 
     def place(self, groups: Mapping[int, Group], job: JobProfile) -> Placement:
         placement, score = self.best(groups, job)
@@ -298,7 +316,7 @@ class RollMuxPolicy(RoundRobinPhases):
             # A fresh policy per plan: the views cached here key on group
             # ids, which the scratch copies reuse with other members.
             return replace(
-                self, share_any=share, rehome=False, _views={}, _groups={}, _joined={}
+                self, share_any=share, rehome=False, _views={}, _groups={}, _joined={}, _prune_at=16
             ).place
 
         if len(jobs) == 1 or budget <= 0:  # in arrival order, as placed online
@@ -319,11 +337,9 @@ class RollMuxPolicy(RoundRobinPhases):
         and they only grow. Placements are built for the winner only.
         """
         spec = self.spec
-        fallback = new_group_placement(job, spec)
+        fallback, t = self._own_plan(job)
         fallback_score = fallback.extra_cost_per_hour
         switch = spec.warm_switch_s
-        # Any pinning has the job's own node counts: one plan serves all.
-        t = planned(phase_times(job, job.n_rollout, job.n_train, False, spec), job)
         roll_add, train_add = t.roll_node_s + switch, t.train_s + switch
         job_budget = job.slo * job.planned_iter_s / (1.0 + self.headroom)
         price_r, price_t = spec.price(Pool.ROLLOUT), spec.price(Pool.TRAIN)
@@ -388,11 +404,13 @@ class RollMuxPolicy(RoundRobinPhases):
                     pinned = tuple(rollout[:r_reuse]) + tuple(train[:t_reuse])
                     ranked.append((key, group, r_new, t_new, pinned))
         ranked.sort(key=lambda r: r[0])
-        if len(self._views) > 2 * len(groups) + 16:
-            # Drop dissolved groups' views (a caller may offer only some
-            # groups, when regrouping: the others' views stay good).
+        if len(self._views) > self._prune_at:
+            # Drop dissolved groups' views, when their number has doubled
+            # since the last time (a caller may offer only some groups, when
+            # regrouping, so the groups offered say nothing of those alive).
             for gid in [g for g, grp in self._groups.items() if not grp.members]:
                 del self._views[gid], self._groups[gid]
+            self._prune_at = 2 * len(self._views) + 16
         best, best_score = fallback, fallback_score
         if bound is not None and bound < best_score:
             best_score = bound
