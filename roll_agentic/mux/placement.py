@@ -196,9 +196,10 @@ class RollMuxPolicy(RoundRobinPhases):
     regroup: bool = True
     # With regroup: offer every member a move, not only lone ones
     # (`rehome.py`); a move must save `move_margin` x the job's solo $/h. Off by
-    # default: on the 200-job trace (seed 0) it takes $823/h to $770/h,
-    # SLOs all met, but on 2,000 jobs its looks cost 1.9 s of policy CPU
-    # time (lone-job regrouping: 0.4-0.5 s), past the 1 s scheduler budget.
+    # default: on the 200-job trace it takes seed 0 from $767.2/h to
+    # $738.2/h (seeds 0-4: 1.54x -> 1.62x cheaper than solo), SLOs all met,
+    # but 2,000 jobs then take 1.66 s of scheduler time in all (0.68-0.77 s
+    # without), past the 1 s budget.
     rehome: bool = False
     move_margin: float = 0.2
     # Beyond the paper's three kinds: let a job share any subset of a

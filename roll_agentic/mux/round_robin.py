@@ -148,7 +148,9 @@ def evaluate_round_robin(
     phase of another job or kind than its previous one (a warm switch: the
     state is resident in host memory). The cold start settles slowly when
     gangs of nodes overlap, so the run lasts 6 + 3 * members iterations by
-    default and the period is read from its second half.
+    default and the period is read from its second half; it stops sooner
+    once a meta-iteration repeats the last one shifted (`repeat_watch.py`),
+    which most groups do after two or three.
 
     With each node in one pool, a node's turn key is (meta-iteration, join
     order), so it serves its members in join order, round after round, and
