@@ -211,7 +211,7 @@ def _optimality(args: argparse.Namespace) -> int:
 
 
 def _scale(args: argparse.Namespace) -> int:
-    from roll_agentic.sim.compare import scale
+    from roll_agentic.sim.compare import scale, scale_table
 
     doc = scale(
         args.jobs,
@@ -221,8 +221,7 @@ def _scale(args: argparse.Namespace) -> int:
         share_any=args.share_any,
         replan_every_h=args.replan,
     )
-    rows = [f"{k}: {v}" for k, v in doc.items()]
-    return _emit(args, doc, rows)
+    return _emit(args, doc, scale_table(doc))
 
 
 def _repack(args: argparse.Namespace) -> int:

@@ -134,6 +134,17 @@ def test_scale_counts_regrouping_as_scheduler_time():
     assert doc["slo_attainment"] == 1.0
 
 
+def test_cli_scale_prints_the_total_against_the_paper_then_its_parts(capsys):
+    assert cli.main(["scale", "--jobs", "40", "--seed", "1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("40 jobs placed by RollMux: ") and "s of scheduler CPU in all" in lines[0]
+    parts = {line.split("  ")[1].strip(): line for line in lines[1:4]}
+    assert set(parts) == {"placement on arrival", "moves between groups", "re-plans"}
+    assert "moves)" in parts["moves between groups"]
+    assert lines[4].startswith("SLO attainment 1.0; long-tail migration on; rollout nodes in round-robin turns")
+    assert "H20 x8, 1 per GPU-hour" in lines[5] and "H800 x8, 2.85 per GPU-hour" in lines[5]
+
+
 def test_cli_optimality_reports_rollmux_and_what_the_optimum_saves(capsys):
     cli.main(["optimality", "--instances", "3", "--jobs", "4", "--seed", "2", "--json"])
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
