@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from roll_agentic.mux.profile import ClusterSpec, NodeClass, out_of_range
-from roll_agentic.sim.doc_file import read_doc
+from roll_agentic.sim.doc_file import listed_problems, read_doc
 
 _INF = math.inf
 # key: (type, then `profile.out_of_range`'s rule: lowest, highest, lowest itself allowed, in words)
@@ -102,5 +102,5 @@ def load_cluster(path: str | Path, base: ClusterSpec | None = None) -> ClusterSp
         else:
             problems.append(f"{key}: unknown key; valid: {', '.join(_POOLS + tuple(_SPEC_RULES))}")
     if problems:
-        raise ValueError(f"cluster file {path}: {len(problems)} problem(s): " + "; ".join(problems))
+        raise ValueError(f"cluster file {path}: {listed_problems(problems)}")
     return replace(base, **values)

@@ -348,4 +348,3 @@ def scale_table(doc: dict) -> list[str]:
         f"cluster: {pools}; switches warm {c['warm_switch_s']:.3g} s, cold {c['cold_switch_s']:g} s",
         f"simulated in {doc['simulation_wall_s']} s of wall time",
     ]
-

@@ -1,4 +1,4 @@
-"""Reading a JSON or YAML file handed to the simulator, with errors that name the file."""
+"""Reading a JSON or YAML file handed to the simulator, and listing what is wrong with it in one line."""
 
 from __future__ import annotations
 
@@ -16,3 +16,10 @@ def read_doc(
         raise ValueError(f"cannot read {what} {path}: {err.strerror or err}") from None
     except bad as err:
         raise ValueError(f"{what} {path} is not {fmt}: {err}") from None
+
+
+def listed_problems(problems: list[str], most: int = 10) -> str:
+    """Problems in one line: how many, the first `most`, and how many more."""
+    shown = "; ".join(problems[:most])
+    more = len(problems) - most
+    return f"{len(problems)} problem(s): {shown}" + (f"; and {more} more" if more > 0 else "")

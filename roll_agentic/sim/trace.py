@@ -40,7 +40,7 @@ import numpy as np
 
 from roll_agentic.mux.migration import tail_hold
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, profile_problems
-from roll_agentic.sim.doc_file import read_doc
+from roll_agentic.sim.doc_file import listed_problems, read_doc
 
 SIZES = {  # name: (params in billions, rollout nodes, training nodes)
     "small": (7.0, 1, 1),
@@ -179,13 +179,6 @@ def check_fits(trace: Trace, spec: ClusterSpec) -> None:
     problems = trace_problems(trace.jobs, spec)
     if problems:
         raise ValueError(listed_problems(problems))
-
-
-def listed_problems(problems: list[str], most: int = 10) -> str:
-    """Problems in one line: how many, the first `most`, and how many more."""
-    shown = "; ".join(problems[:most])
-    more = len(problems) - most
-    return f"{len(problems)} problem(s): {shown}" + (f"; and {more} more" if more > 0 else "")
 
 
 def make_profile(

@@ -39,12 +39,12 @@ import numpy as np
 
 from roll_agentic.mux.migration import tail_hold
 from roll_agentic.mux.profile import FIELD_RANGES, JobProfile, out_of_range, profile_problems
+from roll_agentic.sim.doc_file import listed_problems
 from roll_agentic.sim.trace import (
     ROLLOUT_TP,
     Trace,
     TraceJob,
     WorkloadSpec,
-    listed_problems,
     typical_fractions,
 )
 
