@@ -35,6 +35,7 @@ from roll_agentic.mux.group import Group, GroupBook, Node, Placement
 from roll_agentic.mux.profile import ClusterSpec, JobProfile
 from roll_agentic.mux.round_robin import (
     evaluate_on,
+    lone_slo_ok,
     members_of,
     progress_rate,
     slo_periods_ok,
@@ -61,11 +62,15 @@ class GroupAssessor:
         key = (tuple(group.pinning), signature(group))
         hit = self._memo.get(key)
         if hit is None:
-            periods = evaluate_on(members_of(group, self.spec), self.spec)
+            plans = members_of(group, self.spec)
             profiles = list(group.members.values())
-            # Alone, a job runs at solo speed by definition.
-            ok = len(profiles) == 1 or slo_periods_ok(periods, profiles, self.headroom)
-            hit = self._memo[key] = (ok, progress_rate(periods, profiles))
+            if len(plans) == 1:
+                periods = []
+                ok = lone_slo_ok(plans[0], profiles[0], self.headroom)
+            else:
+                periods = evaluate_on(plans, self.spec)
+                ok = slo_periods_ok(periods, profiles, self.headroom)
+            hit = self._memo[key] = (ok, progress_rate(periods, profiles, plans))
         return hit
 
     def objective(self, groups: Iterable[Group]) -> float:

@@ -66,7 +66,7 @@ def view_of(group: Group, spec: ClusterSpec, rate: float | None = None) -> Group
     budget = min(p.slo * p.planned_iter_s for p in group.members.values())
     if rate is None:
         periods = evaluate_on(plans, spec) if len(plans) > 1 else []
-        rate = progress_rate(periods, list(group.members.values()))
+        rate = progress_rate(periods, list(group.members.values()), plans)
     return GroupView(
         tuple(group.pinning),
         plans,

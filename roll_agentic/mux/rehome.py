@@ -51,9 +51,8 @@ def member_adds(view: GroupView, group: Group, job_id: str, spec: ClusterSpec) -
         own = group.own_cost_per_hour(job_id, spec)
         rest = [m for j, m in zip(view.members, view.plans, strict=True) if j != job_id]
         profiles = [p for j, p in group.members.items() if j != job_id]
-        rate = 1.0  # alone, a job runs at solo speed
-        if len(rest) > 1:
-            rate = progress_rate(evaluate_on(rest, spec), profiles)
+        periods = evaluate_on(rest, spec) if len(rest) > 1 else []
+        rate = progress_rate(periods, profiles, rest)
         adds = view.cost * n / view.rate - (view.cost - own) * (n - 1) / rate
     view.adds[job_id] = adds
     return adds

@@ -373,14 +373,31 @@ def _evaluate_by_events(
     return _locked_periods(periods, members)
 
 
-def progress_rate(periods: list[float], profiles: Sequence[JobProfile]) -> float:
-    """Summed progress of members running at `periods`: 1 per job at solo speed.
+def lone_rate(plan: MemberPlan, profile: JobProfile) -> float:
+    """A job alone in its group: solo speed on its own node counts, slower on fewer.
 
-    A lone member runs at solo speed by definition (its plan's switch
-    overheads are an artefact of running alone in the evaluator).
+    Its plan's iteration, not a round-robin run: the evaluator's switch
+    overheads are an artefact of running alone. Below 1 only when it runs
+    its rollouts on fewer rollout nodes than it was profiled on.
     """
+    return min(1.0, profile.planned_iter_s / plan.times.iter_s)
+
+
+def lone_slo_ok(plan: MemberPlan, profile: JobProfile, headroom: float) -> bool:
+    """Does a job alone in its group keep its SLO? On its own node counts it is
+    the reference itself; on fewer rollout nodes its longer iteration must fit
+    the SLO (with headroom) like any co-run period."""
+    iter_s = plan.times.iter_s
+    return iter_s <= profile.planned_iter_s or iter_s * (1.0 + headroom) <= profile.slo * profile.planned_iter_s
+
+
+def progress_rate(
+    periods: list[float], profiles: Sequence[JobProfile], plans: Sequence[MemberPlan]
+) -> float:
+    """Summed progress of members running at `periods`: 1 per job at solo speed
+    (a lone member: `lone_rate` of its plan)."""
     if len(profiles) == 1:
-        return 1.0
+        return lone_rate(plans[0], profiles[0])
     return sum(min(1.0, p.planned_iter_s / t) for t, p in zip(periods, profiles, strict=True))
 
 

@@ -3,7 +3,8 @@
 Instance: up to ~8 jobs that all run at once (placed in a fixed order).
 Search: depth-first over every placement of every job: each existing group
 with every choice of its existing nodes (any subset of the right size, plus
-any number of new nodes in either pool), or a new group; subject only to the
+any number of new nodes in either pool), or a new group; with its own
+rollout node count or fewer (a longer rollout); subject only to the
 real constraints: host memory and every member's SLO under round robin on
 typical phase lengths (the same check and headroom RollMux uses).
 Objective: cost per unit of work, i.e. $/h of all nodes divided by the
@@ -25,7 +26,12 @@ from dataclasses import dataclass, field
 
 from roll_agentic.mux.batch import GroupAssessor, signature
 from roll_agentic.mux.group import CandidateKind, Group, GroupBook, Placement
-from roll_agentic.mux.placement import SLO_HEADROOM, memory_ok, new_group_placement
+from roll_agentic.mux.placement import (
+    SLO_HEADROOM,
+    memory_ok,
+    new_group_placement,
+    rollout_options,
+)
 from roll_agentic.mux.policy import RoundRobinPhases
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
 
@@ -65,26 +71,28 @@ def _classes(group: Group, pool: Pool) -> list[list[int]]:
     return list(by_jobs.values())
 
 
-def _steps(book: GroupBook, job: JobProfile) -> list[Step]:
-    out = [Step(None, (), (), job.n_rollout, job.n_train)]
+def job_steps(book: GroupBook, job: JobProfile, counts: list[int]) -> list[Step]:
+    """Every placement of `job`, giving it each of `counts` rollout nodes (`rollout_options`)."""
+    out = [Step(None, (), (), n, job.n_train) for n in counts]
     for gi, group in enumerate(book.groups.values()):
         if any(p.colocated for p in group.pinning.values()):
             continue
         r_cls, t_cls = _classes(group, Pool.ROLLOUT), _classes(group, Pool.TRAIN)
         n_r, n_t = sum(map(len, r_cls)), sum(map(len, t_cls))
-        for k_t in range(min(job.n_train, n_t), -1, -1):
-            for k_r in range(min(job.n_rollout, n_r), -1, -1):
-                if k_t == 0 and k_r == 0:
-                    continue  # nothing shared: that is a new group
-                for ts in _choices(t_cls, k_t):
-                    for rs in _choices(r_cls, k_r):
-                        out.append(Step(gi, rs, ts, job.n_rollout - k_r, job.n_train - k_t))
+        for n in counts:
+            for k_t in range(min(job.n_train, n_t), -1, -1):
+                for k_r in range(min(n, n_r), -1, -1):
+                    if k_t == 0 and k_r == 0:
+                        continue  # nothing shared: that is a new group
+                    for ts in _choices(t_cls, k_t):
+                        for rs in _choices(r_cls, k_r):
+                            out.append(Step(gi, rs, ts, n - k_r, job.n_train - k_t))
     return out
 
 
 def to_placement(book: GroupBook, step: Step, job: JobProfile, spec: ClusterSpec) -> Placement:
     if step.group is None:
-        return new_group_placement(job, spec)
+        return new_group_placement(job, spec, step.new_rollout)
     group = list(book.groups.values())[step.group]
     ids = list(group.nodes)
     extra = step.new_rollout * spec.price(Pool.ROLLOUT) + step.new_train * spec.price(Pool.TRAIN)
@@ -122,6 +130,8 @@ def solve(
     path: list[Step] = []
     cache = GroupAssessor(spec, headroom)
     seen: set[tuple] = set()
+    # Rollout node counts each job may run on: its own, or fewer while alone it keeps its SLO.
+    counts = [[n for n, _ in rollout_options(job, spec, headroom, shrink=True)] for job in jobs]
 
     def dfs(i: int, cost: float) -> None:
         if not best.complete:
@@ -139,7 +149,7 @@ def solve(
                 best.objective, best.steps = obj, list(path)
             return
         job = jobs[i]
-        steps = [(step, to_placement(book, step, job, spec)) for step in _steps(book, job)]
+        steps = [(step, to_placement(book, step, job, spec)) for step in job_steps(book, job, counts[i])]
         steps.sort(key=lambda sp: sp[1].extra_cost_per_hour)  # cheap first: tight bounds early
         for step, p in steps:
             if p.group_id is not None and not memory_ok(book.groups[p.group_id], job, p):

@@ -1,5 +1,8 @@
 """Inter-group placement: memory and SLO checks, candidate kinds, packing."""
 
+import pytest
+
+from roll_agentic.mux.batch import GroupAssessor
 from roll_agentic.mux.group import CandidateKind, GroupBook, Placement, is_saturated
 from roll_agentic.mux.placement import (
     SLO_HEADROOM,
@@ -7,6 +10,7 @@ from roll_agentic.mux.placement import (
     group_candidates,
     memory_ok,
     new_group_placement,
+    rollout_options,
     slo_ok,
 )
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
@@ -227,3 +231,29 @@ def test_the_rate_a_placement_measured_is_the_rate_of_the_group_it_forms():
     policy.place(book.groups, job(3))  # refreshes the views of the groups formed
     for group in book.groups.values():
         assert policy._group_view(group).rate == view_of(group, SPEC).rate
+
+
+def test_a_joining_job_runs_its_rollouts_on_fewer_nodes_when_its_slo_allows():
+    # A trains for 1,404 s of each 1,800: B's rollout, stretched from 2
+    # nodes to A's one (700 s -> 1,400 s), runs while A trains.
+    a = job(0, rho=0.22, length=1800.0)
+    b = job(1, rho=0.7, length=1000.0, n_r=2)
+    shrunk = place_all(RollMuxPolicy(SPEC), [a, b])
+    (group,) = shrunk.groups.values()
+    assert len(group.pinning["j1"].rollout_nodes) == 1
+    assert tuple(group.node_ids(Pool.ROLLOUT)) == group.pinning["j0"].rollout_nodes
+    assert GroupAssessor(SPEC, SLO_HEADROOM).assess(group)[0], "both keep their SLOs"
+    full = place_all(RollMuxPolicy(SPEC, shrink_rollout=False), [a, b])
+    cost = lambda book: sum(g.cost_per_hour(SPEC) for g in book.groups.values())  # noqa: E731
+    assert cost(shrunk) < cost(full)
+    assert all(len(g.pinning["j1"].rollout_nodes) == 2 for g in full.groups.values() if "j1" in g.pinning)
+
+
+def test_rollout_options_keep_only_node_counts_the_slo_allows():
+    b = job(1, rho=0.7, length=1000.0, n_r=2)  # 1,400 s of rollout on one node: 1.7x its iteration
+    assert [n for n, _ in rollout_options(b, SPEC, SLO_HEADROOM, shrink=True)] == [2, 1]
+    assert [n for n, _ in rollout_options(b, SPEC, SLO_HEADROOM, shrink=False)] == [2]
+    tight = job(2, rho=0.7, length=1000.0, n_r=2, slo=1.3)
+    assert [n for n, _ in rollout_options(tight, SPEC, SLO_HEADROOM, shrink=True)] == [2]
+    (_, own), (_, one) = rollout_options(b, SPEC, SLO_HEADROOM, shrink=True)
+    assert one.roll_s == pytest.approx(2 * own.roll_s) and one.train_s == own.train_s

@@ -50,6 +50,7 @@ def test_the_rate_without_a_member_comes_from_a_run_without_it():
     rate = progress_rate(
         evaluate_round_robin(rest, switch_s=SPEC.warm_switch_s),
         [group.members["j0"], group.members["j2"]],
+        rest,
     )
     cost = group.cost_per_hour(SPEC)  # no node is j1's alone
     assert member_adds(view, group, "j1", SPEC) == cost * 3 / view.rate - cost * 2 / rate

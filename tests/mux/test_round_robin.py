@@ -5,12 +5,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from roll_agentic.mux.group import Pinning
-from roll_agentic.mux.profile import PhaseKind, PhaseTimes
+from roll_agentic.mux.profile import JobProfile, PhaseKind, PhaseTimes
 from roll_agentic.mux.round_robin import (
     MemberPlan,
     _evaluate_by_events,
     evaluate_round_robin,
     evaluate_static_order,
+    lone_rate,
+    lone_slo_ok,
+    progress_rate,
     round_robin_next,
 )
 
@@ -204,3 +207,15 @@ def test_fifo_recursion_agrees_with_the_event_run(members, switch_s):
     fast = evaluate_round_robin(members, switch_s=switch_s, fifo_rollout=True)
     slow = _evaluate_by_events(members, 6 + 3 * len(members), switch_s, fifo_rollout=True)
     assert fast == pytest.approx(slow, rel=1e-9)
+
+
+def test_a_lone_job_runs_at_solo_speed_on_its_own_nodes_and_slower_on_fewer():
+    # Profiled: 600 s of rollout on 2 nodes, 400 s of training, 10 s of sync.
+    job = JobProfile("j", "x", "medium", 2, 1, 600.0, 400.0, 10.0, 2.0, 224.0, 28.0, 1.5)
+    own = MemberPlan(PhaseTimes(600.0, 400.0, 10.0), (1, 2), (3,))
+    halved = MemberPlan(PhaseTimes(1200.0, 400.0, 10.0), (1,), (3,))
+    assert lone_rate(own, job) == 1.0 and progress_rate([], [job], [own]) == 1.0
+    assert progress_rate([], [job], [halved]) == pytest.approx(1010.0 / 1610.0)
+    assert lone_slo_ok(own, job, 0.05)  # the reference itself, whatever the headroom
+    assert not lone_slo_ok(halved, job, 0.05)  # 1.59x its iteration, SLO 1.5
+    assert lone_slo_ok(halved, JobProfile(**{**job.__dict__, "slo": 1.7}), 0.05)

@@ -5,12 +5,13 @@ from dataclasses import replace
 
 import pytest
 
+from roll_agentic.mux.group import GroupBook
 from roll_agentic.mux.placement import SLO_HEADROOM, RollMuxPolicy
 from roll_agentic.mux.profile import ClusterSpec, JobProfile
 from roll_agentic.sim import cli
 from roll_agentic.sim.affinity import DEFAULT_TASKS, H20_GPU, H800_GPU, affinity_report
 from roll_agentic.sim.cluster import ClusterSimulator
-from roll_agentic.sim.optimal import ReplayPolicy, solve
+from roll_agentic.sim.optimal import ReplayPolicy, Step, job_steps, solve
 from roll_agentic.sim.trace import TraceJob
 
 SPEC = ClusterSpec()
@@ -36,6 +37,18 @@ def test_optimum_finds_the_complementary_pairing_and_replays_it():
     work = lambda r: sum(j.solo_s for j in r.jobs) / 3600  # noqa: E731
     assert opt.total_cost / work(opt) <= mux.total_cost / work(mux) * 1.02
     assert opt.slo_attainment == 1.0
+
+
+def test_the_optimum_also_tries_fewer_rollout_nodes():
+    # The space RollMux searches (`shrink_rollout`) is inside the optimum's.
+    big = replace(prof(0, 0.3), n_rollout=2)
+    book = GroupBook(SPEC)
+    assert Step(None, (), (), 1, 1) in job_steps(book, big, [2, 1])
+    assert Step(None, (), (), 1, 1) not in job_steps(book, big, [2])
+    book.apply(RollMuxPolicy(SPEC, shrink_rollout=False).place(book.groups, prof(1, 0.3)), prof(1, 0.3))
+    steps = job_steps(book, big, [2, 1])
+    assert Step(0, (0,), (1,), 0, 0) in steps  # on the group's one rollout node, no new one
+    assert Step(0, (0,), (1,), 1, 0) in steps  # or with one of its own beside it
 
 
 def test_task_affine_pools_beat_every_single_pool():
