@@ -26,7 +26,7 @@ real book's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -92,6 +92,8 @@ class BatchStep:
     opened: tuple[int, ...]  # nodes it opened, scratch ids, in the book's opening order
 
 
+SEED_ORDERS = 5  # orders every search tries first, whatever its budget (`search_batch`)
+
 # A policy that places one job (RollMux with or without share_any).
 PlaceFn = Callable[[Mapping[int, Group], JobProfile], Placement]
 
@@ -110,19 +112,24 @@ def search_batch(
     groups: Mapping[int, Group],
     jobs: Sequence[JobProfile],
     spec: ClusterSpec,
-    make_place: Callable[[bool], PlaceFn],
+    make_place: Callable[[Hashable], PlaceFn],
     headroom: float,
     budget: int,
+    variants: Sequence[Hashable] = (False, True),
 ) -> list[BatchStep]:
-    """The best plan found for `jobs` (see the module docstring); `budget`: placements."""
+    """The best plan found for `jobs` (see the module docstring); `budget`: placements.
+
+    `make_place(variant)`: the policy that builds a plan, for each of `variants`
+    (default: without and with `share_any`); every order is tried under each.
+    """
     book = GroupBook.scratch(groups, spec)
     assessor = GroupAssessor(spec, headroom)
-    tried: dict[tuple[tuple[str, ...], bool], tuple[float, list[BatchStep]]] = {}
+    tried: dict[tuple[tuple[str, ...], Hashable], tuple[float, list[BatchStep]]] = {}
 
-    def trial(order: Sequence[JobProfile], share: bool) -> float:
-        key = (tuple(j.job_id for j in order), share)
+    def trial(order: Sequence[JobProfile], variant: Hashable) -> float:
+        key = (tuple(j.job_id for j in order), variant)
         if key not in tried:
-            steps = build_plan(book, order, make_place(share))
+            steps = build_plan(book, order, make_place(variant))
             tried[key] = (assessor.objective(book.groups.values()), steps)
             for job in order:
                 book.remove(job.job_id)
@@ -130,12 +137,14 @@ def search_batch(
 
     calls = 0  # best_of calls, memo hits included: bounds the loop on small batches
 
-    def best_of(order: Sequence[JobProfile]) -> tuple[float, bool]:
+    def best_of(order: Sequence[JobProfile]) -> tuple[float, Hashable]:
         nonlocal calls
         calls += 1
-        return min((trial(order, s), s) for s in (False, True))
+        vals = [trial(order, v) for v in variants]
+        i = min(range(len(variants)), key=vals.__getitem__)  # ties: the first variant
+        return vals[i], variants[i]
 
-    seeds = [
+    seeds = [  # SEED_ORDERS of them
         list(jobs),
         sorted(jobs, key=lambda j: -j.solo_cost_per_hour(spec)),
         sorted(jobs, key=lambda j: j.slo),
@@ -167,8 +176,8 @@ def search_batch(
             start_val = best_of(start)[0]
         if start_val < best_val - 1e-9:
             best_val, best_order = start_val, start
-    share = best_of(best_order)[1]
-    return tried[(tuple(j.job_id for j in best_order), share)][1]
+    variant = best_of(best_order)[1]
+    return tried[(tuple(j.job_id for j in best_order), variant)][1]
 
 
 class ScratchIds:

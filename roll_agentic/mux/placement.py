@@ -37,10 +37,11 @@ is one deterministic pinning, not a search.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import cast
 
-from roll_agentic.mux.batch import BatchStep, PlaceFn, build_plan, search_batch
+from roll_agentic.mux.batch import SEED_ORDERS, BatchStep, PlaceFn, build_plan, search_batch
 from roll_agentic.mux.group import (
     CandidateKind,
     Group,
@@ -290,6 +291,9 @@ class RollMuxPolicy(RoundRobinPhases):
     # 1.602x there, but lost 2-6 % on a 30-job trace and with training
     # GPUs at 6x a rollout GPU's price, so it is not done.
     shrink_rollout: bool = True
+    # A group of its own on the fewest rollout nodes that keep the job's
+    # SLO (see above); batch plans try it, judged whole (`place_batch`).
+    shrink_alone: bool = False
     name: str = "rollmux"
     _views: dict[int, GroupView] = field(default_factory=dict, repr=False)
     _groups: dict[int, Group] = field(default_factory=dict, repr=False)  # whose views we keep
@@ -334,7 +338,7 @@ class RollMuxPolicy(RoundRobinPhases):
         if len(self._own) >= 4096:
             self._own.clear()  # departed jobs' entries; the live ones are cheap to redo
         options = rollout_options(job, self.spec, self.headroom, self.shrink_rollout)
-        fallback = new_group_placement(job, self.spec)
+        fallback = new_group_placement(job, self.spec, options[-1][0] if self.shrink_alone else None)
         self._own[job.job_id] = (job, fallback, options)
         return fallback, options
 
@@ -352,16 +356,29 @@ class RollMuxPolicy(RoundRobinPhases):
         placements the search may try (default `batch_budget`)."""
         budget = self.batch_budget if budget is None else budget
 
-        def make_place(share: bool) -> PlaceFn:
+        def make_place(variant: Hashable) -> PlaceFn:
+            share, alone = cast(tuple[bool, bool], variant)
             # A fresh policy per plan: the views cached here key on group
             # ids, which the scratch copies reuse with other members.
             return replace(
-                self, share_any=share, rehome=False, _views={}, _groups={}, _joined={}, _prune_at=16
+                self, share_any=share, shrink_alone=alone, rehome=False,
+                _views={}, _groups={}, _joined={}, _own={}, _prune_at=16,
             ).place
 
         if len(jobs) == 1 or budget <= 0:  # in arrival order, as placed online
-            return build_plan(GroupBook.scratch(groups, self.spec), jobs, make_place(self.share_any))
-        return search_batch(groups, jobs, self.spec, make_place, self.headroom, budget)
+            own = make_place((self.share_any, self.shrink_alone))
+            return build_plan(GroupBook.scratch(groups, self.spec), jobs, own)
+        # Each order under both candidate sets and, with shrink_rollout,
+        # with groups of their own opened on fewer rollout nodes too: a
+        # plan is judged whole, so that bet is only taken where it pays.
+        # Only where the budget buys more plans than the seed orders under
+        # the two candidate sets (not a re-plan's: it would double its time).
+        affords = budget // len(jobs) > 2 * SEED_ORDERS
+        alone = (False, True) if self.shrink_rollout and affords else (False,)
+        variants = [(share, a) for a in alone for share in (False, True)]
+        return search_batch(
+            groups, jobs, self.spec, make_place, self.headroom, budget, variants=variants
+        )
 
     def _rank_candidates(
         self,

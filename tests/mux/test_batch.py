@@ -1,9 +1,11 @@
 """Batch placement of jobs that arrive together: better plans, real ids, every check kept."""
 
+from dataclasses import replace
+
 from roll_agentic.mux.batch import GroupAssessor, apply_batch, signature
 from roll_agentic.mux.group import GroupBook
 from roll_agentic.mux.placement import SLO_HEADROOM, RollMuxPolicy
-from roll_agentic.mux.profile import ClusterSpec, JobProfile
+from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
 from roll_agentic.sim.cluster import ClusterSimulator
 from roll_agentic.sim.trace import TraceJob, WorkloadSpec, generate_trace
 
@@ -106,3 +108,15 @@ def test_a_sweep_arriving_into_a_running_cluster_keeps_every_slo():
     res = ClusterSimulator(SPEC, RollMuxPolicy(SPEC)).run(jobs)
     assert len(res.jobs) == 30 and all(j.iters_done == j.n_iters for j in res.jobs)
     assert res.slo_attainment == 1.0
+
+
+def test_a_batch_may_open_a_group_on_fewer_rollout_nodes_that_its_partner_fills():
+    # Two train-heavy jobs profiled on 2 rollout nodes each: together they
+    # keep one training node busy, and both rollouts fit on one rollout
+    # node within their SLOs. Online, the first job opens its own 2 nodes.
+    a, b = (replace(prof(i, 0.2, length=2000.0, slo=2.0), n_rollout=2) for i in (0, 1))
+    online, batch = one_by_one([a, b]), as_batch([a, b])
+    rollout_nodes = lambda book: sum(len(g.node_ids(Pool.ROLLOUT)) for g in book.groups.values())  # noqa: E731
+    assert (rollout_nodes(online), rollout_nodes(batch)) == (2, 1)
+    assert objective(batch) < objective(online)
+    assert all(GroupAssessor(SPEC, SLO_HEADROOM).assess(g)[0] for g in batch.groups.values())

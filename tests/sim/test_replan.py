@@ -125,7 +125,7 @@ def test_replans_search_with_their_own_budget(monkeypatch):
     budgets = []
     real = placement.search_batch
     monkeypatch.setattr(
-        placement, "search_batch", lambda *a: budgets.append(a[-1]) or real(*a)
+        placement, "search_batch", lambda *a, **kw: budgets.append(a[5]) or real(*a, **kw)
     )
     trace = generate_trace(0, WorkloadSpec(n_jobs=20, span_days=1.0, h_min=12, h_max=24))
     policy = RollMuxPolicy(SPEC, replan_every_h=6.0, replan_budget=37)
