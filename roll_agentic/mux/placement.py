@@ -83,17 +83,15 @@ def new_group_placement(job: JobProfile, spec: ClusterSpec, n_rollout: int | Non
     )
 
 
-def rollout_options(
-    job: JobProfile, spec: ClusterSpec, headroom: float, shrink: bool
-) -> list[tuple[int, PhaseTimes]]:
+def rollout_options(job: JobProfile, spec: ClusterSpec, headroom: float) -> list[tuple[int, PhaseTimes]]:
     """Rollout node counts the job may run on, its own first, each with its planned times.
 
-    With `shrink`, also fewer nodes (a longer rollout), down to one, as long
-    as the job alone could still keep its SLO: no group runs it faster
-    than alone, so fewer would fail every SLO check.
+    With `spec.rollout_shrink`, also fewer nodes (a longer rollout), down to
+    one, as long as the job alone could still keep its SLO: no group runs
+    it faster than alone, so fewer would fail every SLO check.
     """
     out = []
-    for n in range(job.n_rollout, 0 if shrink else job.n_rollout - 1, -1):
+    for n in range(job.n_rollout, 0 if spec.rollout_shrink else job.n_rollout - 1, -1):
         t = planned(phase_times(job, n, job.n_train, False, spec), job)
         if n == job.n_rollout or lone_slo_ok(MemberPlan(t, (), ()), job, headroom):
             out.append((n, t))
@@ -278,21 +276,12 @@ class RollMuxPolicy(RoundRobinPhases):
     # 1.689x / 18.9 s; 24, 1.781x / 14.9 s and 1.693x / 9.5 s; 16, 1.788x /
     # 9.1 s and 1.675x / 5.8 s; 8, 1.760x / 4.3 s (FIFO configuration).
     replan_jobs: int = 24
-    # A job joining a group may run its rollouts on fewer rollout nodes
-    # than it was profiled on, down to one, when its SLO allows the longer
-    # rollout: the objective is the cheapest placement within every SLO,
-    # and the colocated baseline sizes its nodes the same way. In a group
-    # whose training nodes are busy, a member's rollout waits behind the
-    # others' training anyway. Scored like any candidate (its slowdown
-    # priced in). On the 200-job trace, seeds 0-4: mean 1.560x cheaper
-    # than solo and 1.273x than colocated, instead of 1.544x and 1.260x,
-    # SLOs all met. A group of its own keeps the job's own count: opening
-    # it with fewer (a bet that partners come to fill the slack) gave
-    # 1.602x there, but lost 2-6 % on a 30-job trace and with training
-    # GPUs at 6x a rollout GPU's price, so it is not done.
-    shrink_rollout: bool = True
-    # A group of its own on the fewest rollout nodes that keep the job's
-    # SLO (see above); batch plans try it, judged whole (`place_batch`).
+    # With `spec.rollout_shrink`: a group of its own on the fewest rollout
+    # nodes that keep the job's SLO; batch plans try it, judged whole
+    # (`place_batch`). Online it is a bet that partners come to fill the
+    # slack: 1.602x cheaper than solo on the 200-job trace (seeds 0-4)
+    # against 1.560x, but 2-6 % dearer on a 30-job trace and with training
+    # GPUs at 6x a rollout GPU's price, so arrivals do not take it.
     shrink_alone: bool = False
     name: str = "rollmux"
     _views: dict[int, GroupView] = field(default_factory=dict, repr=False)
@@ -337,7 +326,7 @@ class RollMuxPolicy(RoundRobinPhases):
             return known[1], known[2]
         if len(self._own) >= 4096:
             self._own.clear()  # departed jobs' entries; the live ones are cheap to redo
-        options = rollout_options(job, self.spec, self.headroom, self.shrink_rollout)
+        options = rollout_options(job, self.spec, self.headroom)
         fallback = new_group_placement(job, self.spec, options[-1][0] if self.shrink_alone else None)
         self._own[job.job_id] = (job, fallback, options)
         return fallback, options
@@ -368,13 +357,13 @@ class RollMuxPolicy(RoundRobinPhases):
         if len(jobs) == 1 or budget <= 0:  # in arrival order, as placed online
             own = make_place((self.share_any, self.shrink_alone))
             return build_plan(GroupBook.scratch(groups, self.spec), jobs, own)
-        # Each order under both candidate sets and, with shrink_rollout,
+        # Each order under both candidate sets and, with rollout_shrink,
         # with groups of their own opened on fewer rollout nodes too: a
         # plan is judged whole, so that bet is only taken where it pays.
         # Only where the budget buys more plans than the seed orders under
         # the two candidate sets (not a re-plan's: it would double its time).
         affords = budget // len(jobs) > 2 * SEED_ORDERS
-        alone = (False, True) if self.shrink_rollout and affords else (False,)
+        alone = (False, True) if self.spec.rollout_shrink and affords else (False,)
         variants = [(share, a) for a in alone for share in (False, True)]
         return search_batch(
             groups, jobs, self.spec, make_place, self.headroom, budget, variants=variants

@@ -67,8 +67,21 @@ def _spec(args: argparse.Namespace) -> ClusterSpec:
     from roll_agentic.mux.profile import ClusterSpec
     from roll_agentic.sim.cluster_file import load_cluster
 
-    base = ClusterSpec(migration=not args.no_migration, rollout_fifo=args.rollout_fifo)
+    base = ClusterSpec(
+        migration=not args.no_migration,
+        rollout_fifo=args.rollout_fifo,
+        rollout_shrink=not args.full_rollout,
+    )
     return load_cluster(args.cluster, base) if args.cluster else base
+
+
+def _full_rollout_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--full-rollout",
+        action="store_true",
+        help="every job runs its rollouts on the rollout node count it was profiled on (by "
+        "default a job joining a group may take fewer, a longer rollout, when its SLO allows)",
+    )
 
 
 def _cluster_option(p: argparse.ArgumentParser) -> None:
@@ -109,6 +122,7 @@ def _beyond_paper(doc: dict) -> list[str]:
     flags += [f"--replan {opts['replan_every_h']:g}"] if opts["replan_every_h"] else []
     flags += ["--rollout-fifo"] if doc["rollout_fifo"] else []
     return flags
+
 
 
 def _compare_seeds(args: argparse.Namespace) -> int:
@@ -308,6 +322,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             "round-robin turns, so jobs that share only rollout nodes keep their own pace "
             "(beyond the paper; pays off with --share-any)",
         )
+        _full_rollout_option(p)
         _cluster_option(p)
 
     p = sub.add_parser("compare", help="all policies on one trace")
@@ -378,6 +393,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--rollout-fifo", action="store_true", help="rollout nodes serve first come, first served"
     )
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    _full_rollout_option(p)
     _cluster_option(p)
     p.set_defaults(func=_reporting_errors(_repack))
 

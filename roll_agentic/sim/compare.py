@@ -135,6 +135,7 @@ def compare(
     out = summarize(results, spec)
     out["migration"] = spec.migration
     out["rollout_fifo"] = spec.rollout_fifo
+    out["rollout_shrink"] = spec.rollout_shrink
     out["cluster"] = cluster_summary(spec)
     out["rollmux_options"] = {
         "rehome": rehome,
@@ -283,6 +284,7 @@ def optimality(
         "rehome": rehome,
         "batch": batch,
         "migration": spec.migration,
+        "rollout_shrink": spec.rollout_shrink,
         "rollout_fifo": spec.rollout_fifo,
         "cluster": cluster_summary(spec),
         "per_instance": rows,
@@ -321,6 +323,7 @@ def scale(
         "moves": result.moves,
         "slo_attainment": round(result.slo_attainment, 4),
         "migration": spec.migration,
+        "rollout_shrink": spec.rollout_shrink,
         "rollout_fifo": spec.rollout_fifo,
         "cluster": cluster_summary(spec),
         "simulation_wall_s": round(time.perf_counter() - t0, 2),

@@ -4,7 +4,8 @@ Instance: up to ~8 jobs that all run at once (placed in a fixed order).
 Search: depth-first over every placement of every job: each existing group
 with every choice of its existing nodes (any subset of the right size, plus
 any number of new nodes in either pool), or a new group; with its own
-rollout node count or fewer (a longer rollout); subject only to the
+rollout node count or, with `rollout_shrink`, fewer (a longer rollout);
+subject only to the
 real constraints: host memory and every member's SLO under round robin on
 typical phase lengths (the same check and headroom RollMux uses).
 Objective: cost per unit of work, i.e. $/h of all nodes divided by the
@@ -131,7 +132,7 @@ def solve(
     cache = GroupAssessor(spec, headroom)
     seen: set[tuple] = set()
     # Rollout node counts each job may run on: its own, or fewer while alone it keeps its SLO.
-    counts = [[n for n, _ in rollout_options(job, spec, headroom, shrink=True)] for job in jobs]
+    counts = [[n for n, _ in rollout_options(job, spec, headroom)] for job in jobs]
 
     def dfs(i: int, cost: float) -> None:
         if not best.complete:

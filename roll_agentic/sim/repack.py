@@ -106,6 +106,7 @@ def repack_report(
         },
         "online_over_repacked": mean_ratio("online", "repacked"),
         "migration": spec.migration,
+        "rollout_shrink": spec.rollout_shrink,
         "rollout_fifo": spec.rollout_fifo,
         "share_any": share_any,
         "jobs": len(trace.jobs),

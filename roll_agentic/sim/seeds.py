@@ -124,6 +124,7 @@ def compare_seeds(seeds: list[int], run: SeedRun, workers: int | None = None) ->
         },
         "rollout_fifo": docs[0]["rollout_fifo"],
         "migration": docs[0]["migration"],
+        "rollout_shrink": docs[0]["rollout_shrink"],
         "rollmux_options": docs[0]["rollmux_options"],
         "cluster": docs[0]["cluster"],
         "per_seed": per_seed,

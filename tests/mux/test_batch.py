@@ -56,7 +56,7 @@ def test_batch_plans_are_never_worse_and_keep_every_check():
             assert assessor.assess(g)[0], "every group keeps its members' SLOs"
             assert all(n.mem_used_gb <= n.mem_capacity_gb + 1e-9 for n in g.nodes.values())
             for pin, job in zip(g.pinning.values(), g.members.values(), strict=True):
-                # its own training nodes; its own rollout nodes or fewer (`shrink_rollout`)
+                # its own training nodes; its own rollout nodes or fewer (`rollout_shrink`)
                 assert len(pin.train_nodes) == job.n_train
                 assert 1 <= len(pin.rollout_nodes) <= job.n_rollout
 

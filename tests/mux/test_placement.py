@@ -16,6 +16,7 @@ from roll_agentic.mux.placement import (
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
 
 SPEC = ClusterSpec()
+FULL = ClusterSpec(rollout_shrink=False)  # every job on its own rollout node count
 
 
 def job(i, rho=0.7, length=1800.0, slo=2.0, mem=112.0, n_r=1, n_t=1):
@@ -243,7 +244,7 @@ def test_a_joining_job_runs_its_rollouts_on_fewer_nodes_when_its_slo_allows():
     assert len(group.pinning["j1"].rollout_nodes) == 1
     assert tuple(group.node_ids(Pool.ROLLOUT)) == group.pinning["j0"].rollout_nodes
     assert GroupAssessor(SPEC, SLO_HEADROOM).assess(group)[0], "both keep their SLOs"
-    full = place_all(RollMuxPolicy(SPEC, shrink_rollout=False), [a, b])
+    full = place_all(RollMuxPolicy(FULL), [a, b])
     cost = lambda book: sum(g.cost_per_hour(SPEC) for g in book.groups.values())  # noqa: E731
     assert cost(shrunk) < cost(full)
     assert all(len(g.pinning["j1"].rollout_nodes) == 2 for g in full.groups.values() if "j1" in g.pinning)
@@ -251,9 +252,9 @@ def test_a_joining_job_runs_its_rollouts_on_fewer_nodes_when_its_slo_allows():
 
 def test_rollout_options_keep_only_node_counts_the_slo_allows():
     b = job(1, rho=0.7, length=1000.0, n_r=2)  # 1,400 s of rollout on one node: 1.7x its iteration
-    assert [n for n, _ in rollout_options(b, SPEC, SLO_HEADROOM, shrink=True)] == [2, 1]
-    assert [n for n, _ in rollout_options(b, SPEC, SLO_HEADROOM, shrink=False)] == [2]
+    assert [n for n, _ in rollout_options(b, SPEC, SLO_HEADROOM)] == [2, 1]
+    assert [n for n, _ in rollout_options(b, FULL, SLO_HEADROOM)] == [2]
     tight = job(2, rho=0.7, length=1000.0, n_r=2, slo=1.3)
-    assert [n for n, _ in rollout_options(tight, SPEC, SLO_HEADROOM, shrink=True)] == [2]
-    (_, own), (_, one) = rollout_options(b, SPEC, SLO_HEADROOM, shrink=True)
+    assert [n for n, _ in rollout_options(tight, SPEC, SLO_HEADROOM)] == [2]
+    (_, own), (_, one) = rollout_options(b, SPEC, SLO_HEADROOM)
     assert one.roll_s == pytest.approx(2 * own.roll_s) and one.train_s == own.train_s

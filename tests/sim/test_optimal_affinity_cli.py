@@ -40,12 +40,12 @@ def test_optimum_finds_the_complementary_pairing_and_replays_it():
 
 
 def test_the_optimum_also_tries_fewer_rollout_nodes():
-    # The space RollMux searches (`shrink_rollout`) is inside the optimum's.
+    # The space RollMux searches (`rollout_shrink`) is inside the optimum's.
     big = replace(prof(0, 0.3), n_rollout=2)
     book = GroupBook(SPEC)
     assert Step(None, (), (), 1, 1) in job_steps(book, big, [2, 1])
     assert Step(None, (), (), 1, 1) not in job_steps(book, big, [2])
-    book.apply(RollMuxPolicy(SPEC, shrink_rollout=False).place(book.groups, prof(1, 0.3)), prof(1, 0.3))
+    book.apply(RollMuxPolicy(replace(SPEC, rollout_shrink=False)).place(book.groups, prof(1, 0.3)), prof(1, 0.3))
     steps = job_steps(book, big, [2, 1])
     assert Step(0, (0,), (1,), 0, 0) in steps  # on the group's one rollout node, no new one
     assert Step(0, (0,), (1,), 1, 0) in steps  # or with one of its own beside it
@@ -172,3 +172,16 @@ def test_cli_optimality_reports_rollmux_and_what_the_optimum_saves(capsys):
     assert min(r["solo_over_optimal"] for r in rows) >= 0.99
     cli.main(["optimality", "--instances", "1", "--jobs", "3"])
     assert "the optimum saves" in capsys.readouterr().out
+
+
+def test_cli_full_rollout_reaches_every_command(capsys):
+    for argv in (
+        ["compare", "--jobs", "12", "--seed", "1"],
+        ["scale", "--jobs", "12"],
+        ["optimality", "--instances", "1", "--jobs", "3"],
+        ["repack", "--jobs", "12", "--snapshots", "1"],
+    ):
+        for full in (False, True):
+            assert cli.main([*argv, "--json", *(["--full-rollout"] if full else [])]) == 0
+            doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+            assert doc["rollout_shrink"] is not full, argv
