@@ -393,8 +393,11 @@ class RollMuxPolicy(RoundRobinPhases):
         # Training nodes a candidate may open: none in the paper's kinds.
         t_new_max = job.n_train if self.share_any else 0
         for n_roll, t in options:
+            own_iter = t.iter_s
+            if self.screen and own_iter > budget:
+                continue  # its own iteration alone passes the budget (fewer nodes: longer)
             roll_add, train_add = t.roll_node_s + switch, t.train_s + switch
-            cycle = max(view.cycle, t.iter_s)
+            cycle = max(view.cycle, own_iter)
             for t_new in range(t_new_max + 1):
                 t_reuse = job.n_train - t_new
                 if t_reuse > len(train) or (t_reuse == 0 and self.share_train):
@@ -426,7 +429,7 @@ class RollMuxPolicy(RoundRobinPhases):
                         own = train_top if t_reuse else train_add
                         if r_reuse:
                             own = max(own, view.load[rollout[r_reuse - 1]] + roll_add)
-                        rate_max = min(1.0, job.planned_iter_s / max(t.iter_s, own - switch))
+                        rate_max = min(1.0, job.planned_iter_s / max(own_iter, own - switch))
                         lb = effective_cost(view, extra, rate_max)
                     key = (lb, extra, not likely, -tight, len(ranked))
                     pinned = tuple(rollout[:r_reuse]) + tuple(train[:t_reuse])
