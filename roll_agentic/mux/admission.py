@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from roll_agentic.config import Config
+from roll_agentic.mux.candidates import group_candidates, memory_ok
 from roll_agentic.mux.group import Group, is_saturated
 from roll_agentic.mux.mux_config import MuxConfig
-from roll_agentic.mux.placement import group_candidates, memory_ok
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, NodeClass, phase_times, planned
 from roll_agentic.mux.round_robin import MemberPlan, evaluate_on, members_of
 

@@ -11,7 +11,10 @@ On arrival, with the job's conservative (worst-case) profile:
 2. per remaining group, build candidates: pack into the group's existing
    nodes (extra cost 0), or keep its training nodes and open k of the job's
    rollout nodes (k = 1..n_rollout; extra cost k rollout nodes); plus a new
-   group of the job's own (its solo allocation);
+   group of the job's own (its solo allocation). With
+   `ClusterSpec.rollout_shrink` (default) each is also built with fewer
+   rollout nodes than the job's own count, down to one, while its longer
+   iteration alone still keeps its SLO (`rollout_options`);
 3. memory check: the job's state must fit the free host memory of every
    existing node it would be pinned to (residency: switches stay warm);
 4. SLO check: run the candidate group's round robin on the profiled phase
@@ -42,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from typing import cast
 
 from roll_agentic.mux.batch import SEED_ORDERS, BatchStep, PlaceFn, build_plan, search_batch
+from roll_agentic.mux.candidates import new_group_placement, rollout_options
 from roll_agentic.mux.group import (
     CandidateKind,
     Group,
@@ -50,13 +54,11 @@ from roll_agentic.mux.group import (
 )
 from roll_agentic.mux.group_view import GroupView, effective_cost, view_of
 from roll_agentic.mux.policy import RoundRobinPhases
-from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseTimes, Pool, phase_times, planned
+from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseTimes, Pool
 from roll_agentic.mux.rehome import MoveOffer, Rehomer
 from roll_agentic.mux.round_robin import (
     MemberPlan,
     evaluate_on,
-    lone_slo_ok,
-    members_of,
     progress_rate,
     slo_periods_ok,
 )
@@ -69,119 +71,6 @@ from roll_agentic.mux.round_robin import (
 # first-come-first-served nodes, short jobs lapped long ones and 10 % was
 # needed, still leaving a few jobs short.)
 SLO_HEADROOM = 0.05
-
-
-def new_group_placement(job: JobProfile, spec: ClusterSpec, n_rollout: int | None = None) -> Placement:
-    """A group of the job's own: its training nodes and `n_rollout` rollout nodes (default: its own count)."""
-    n_rollout = job.n_rollout if n_rollout is None else n_rollout
-    return Placement(
-        CandidateKind.NEW_GROUP,
-        None,
-        new_rollout=n_rollout,
-        new_train=job.n_train,
-        extra_cost_per_hour=n_rollout * spec.price(Pool.ROLLOUT) + job.n_train * spec.price(Pool.TRAIN),
-    )
-
-
-def rollout_options(job: JobProfile, spec: ClusterSpec, headroom: float) -> list[tuple[int, PhaseTimes]]:
-    """Rollout node counts the job may run on, its own first, each with its planned times.
-
-    With `spec.rollout_shrink`, also fewer nodes (a longer rollout), down to
-    one, as long as the job alone could still keep its SLO: no group runs
-    it faster than alone, so fewer would fail every SLO check.
-    """
-    out = []
-    for n in range(job.n_rollout, 0 if spec.rollout_shrink else job.n_rollout - 1, -1):
-        t = planned(phase_times(job, n, job.n_train, False, spec), job)
-        if n == job.n_rollout or lone_slo_ok(MemberPlan(t, (), ()), job, headroom):
-            out.append((n, t))
-    return out
-
-
-def node_loads(group: Group, spec: ClusterSpec) -> dict[int, float]:
-    """Planned phase seconds per meta-iteration on each node of the group."""
-    load = {nid: 0.0 for nid in group.nodes}
-    for job_id, pin in group.pinning.items():
-        t = planned(group.times(job_id, spec), group.members[job_id])
-        for nid in pin.nodes_for(Pool.ROLLOUT):
-            load[nid] += t.roll_node_s
-        for nid in pin.train_nodes:
-            load[nid] += t.train_s
-    return load
-
-
-def memory_ok(group: Group, job: JobProfile, placement: Placement) -> bool:
-    """Does the job's state fit the free host memory of every node it would use?"""
-    for nid in placement.rollout_nodes:
-        if group.nodes[nid].mem_free_gb < job.rollout_mem_gb:
-            return False
-    for nid in placement.train_nodes:
-        if group.nodes[nid].mem_free_gb < job.train_mem_gb:
-            return False
-    return True
-
-
-def _with_job(group: Group, job: JobProfile, p: Placement, spec: ClusterSpec) -> list[MemberPlan]:
-    """The group's members plus `job` pinned as `p`; new nodes get fresh ids."""
-    fresh = max(group.nodes, default=0) + 1
-    rollout = p.rollout_nodes + tuple(range(fresh, fresh + p.new_rollout))
-    fresh += p.new_rollout
-    train = p.train_nodes + tuple(range(fresh, fresh + p.new_train))
-    t = planned(phase_times(job, len(rollout), len(train), False, spec), job)
-    return [*members_of(group, spec), MemberPlan(t, rollout, train)]
-
-
-def slo_ok(
-    group: Group,
-    job: JobProfile,
-    placement: Placement,
-    spec: ClusterSpec,
-    headroom: float = 0.0,
-) -> bool:
-    """Would every member, the newcomer included, keep its SLO in round robin?"""
-    plans = _with_job(group, job, placement, spec)
-    return slo_periods_ok(evaluate_on(plans, spec), [*group.members.values(), job], headroom)
-
-
-def _pack_or_add_rollout(
-    group: Group, job: JobProfile, spec: ClusterSpec, train: list[int], rollout: list[int]
-) -> list[Placement]:
-    """Reuse the least-loaded rollout nodes, adding 0..n_rollout new ones (new ones cost)."""
-    out: list[Placement] = []
-    for k_new in range(job.n_rollout + 1):
-        reuse = job.n_rollout - k_new
-        if reuse > len(rollout):
-            continue
-        out.append(
-            Placement(
-                CandidateKind.PACK if k_new == 0 else CandidateKind.ADD_ROLLOUT,
-                group.group_id,
-                rollout_nodes=tuple(rollout[:reuse]),
-                train_nodes=tuple(train[: job.n_train]),
-                new_rollout=k_new,
-                extra_cost_per_hour=k_new * spec.price(Pool.ROLLOUT),
-            )
-        )
-    return out
-
-
-def group_candidates(
-    group: Group, job: JobProfile, spec: ClusterSpec, load: Mapping[int, float] | None = None
-) -> list[Placement]:
-    """Pack and add-rollout candidates for one group (memory-feasible pinnings)."""
-    if any(p.colocated for p in group.pinning.values()):
-        return []
-    load = load if load is not None else node_loads(group, spec)
-
-    def least_loaded(pool: Pool, mem: float) -> list[int]:
-        ids = [n.node_id for n in group.nodes.values() if n.pool is pool and n.mem_free_gb >= mem]
-        return sorted(ids, key=lambda nid: (load[nid], nid))
-
-    train = least_loaded(Pool.TRAIN, job.train_mem_gb)
-    rollout = least_loaded(Pool.ROLLOUT, job.rollout_mem_gb)
-    if len(train) < job.n_train:
-        return []
-    return _pack_or_add_rollout(group, job, spec, train, rollout)
 
 
 # A candidate: (bound, extra $/h, unlikely, -tightness, index), its group,
@@ -216,9 +105,9 @@ class RollMuxPolicy(RoundRobinPhases):
     regroup: bool = True
     # With regroup: offer every member a move, not only lone ones
     # (`rehome.py`); a move must save `move_margin` x the job's solo $/h. Off by
-    # default: on the 200-job trace it takes seed 0 from $767.2/h to
-    # $738.2/h (seeds 0-4: 1.54x -> 1.62x cheaper than solo), SLOs all met,
-    # but 2,000 jobs then take 1.66 s of scheduler time in all (0.68-0.77 s
+    # default: on the 200-job trace it takes seed 0 from $755.4/h to
+    # $728.4/h (seeds 0-4: 1.56x -> 1.63x cheaper than solo), SLOs all met,
+    # but 2,000 jobs then take 1.75 s of scheduler time in all (0.69-0.75 s
     # without), past the 1 s budget.
     rehome: bool = False
     move_margin: float = 0.2
@@ -253,9 +142,10 @@ class RollMuxPolicy(RoundRobinPhases):
     # between iterations when that is cheaper by `replan_margin`
     # (`sim/replan.py`; 0: never). Not in the paper. Off by default for its
     # scheduler time: each re-plan searches a batch of ~24 jobs, hundreds of
-    # times over a 2,000-job trace (9.5 s of CPU in all, against the 1 s
+    # times over a 2,000-job trace (11.2 s of CPU in all, against the 1 s
     # bar). Measured on the 200-job trace (seeds 0-4) at 12 h: 1.66-1.73x
-    # cheaper than solo instead of 1.51-1.58x, SLOs all met.
+    # cheaper than solo instead of 1.51-1.58x, SLOs all met (1.66-1.75x
+    # against 1.53-1.59x once jobs may take fewer rollout nodes).
     replan_every_h: float = 0.0
     replan_margin: float = 0.02
     # Placements a re-plan's batch search may try. A re-plan places ~24 to

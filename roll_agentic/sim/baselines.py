@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from roll_agentic.mux.candidates import group_candidates, new_group_placement
 from roll_agentic.mux.group import CandidateKind, Group, Placement
-from roll_agentic.mux.placement import group_candidates, new_group_placement
 from roll_agentic.mux.policy import RoundRobinPhases
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseTimes, Pool, phase_times
 

@@ -26,13 +26,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from roll_agentic.mux.batch import GroupAssessor, signature
+from roll_agentic.mux.candidates import memory_ok, new_group_placement, rollout_options
 from roll_agentic.mux.group import CandidateKind, Group, GroupBook, Placement
-from roll_agentic.mux.placement import (
-    SLO_HEADROOM,
-    memory_ok,
-    new_group_placement,
-    rollout_options,
-)
+from roll_agentic.mux.placement import SLO_HEADROOM
 from roll_agentic.mux.policy import RoundRobinPhases
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
 

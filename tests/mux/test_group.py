@@ -1,7 +1,7 @@
 """The group book: nodes open on placement and close with their last job."""
 
+from roll_agentic.mux.candidates import new_group_placement
 from roll_agentic.mux.group import CandidateKind, GroupBook, Placement, is_saturated
-from roll_agentic.mux.placement import new_group_placement
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
 
 SPEC = ClusterSpec()

@@ -3,16 +3,15 @@
 import pytest
 
 from roll_agentic.mux.batch import GroupAssessor
-from roll_agentic.mux.group import CandidateKind, GroupBook, Placement, is_saturated
-from roll_agentic.mux.placement import (
-    SLO_HEADROOM,
-    RollMuxPolicy,
+from roll_agentic.mux.candidates import (
     group_candidates,
     memory_ok,
     new_group_placement,
     rollout_options,
     slo_ok,
 )
+from roll_agentic.mux.group import CandidateKind, GroupBook, Placement, is_saturated
+from roll_agentic.mux.placement import SLO_HEADROOM, RollMuxPolicy
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
 
 SPEC = ClusterSpec()

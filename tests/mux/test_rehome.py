@@ -2,9 +2,10 @@
 
 from dataclasses import replace
 
+from roll_agentic.mux.candidates import new_group_placement
 from roll_agentic.mux.group import CandidateKind, GroupBook, Placement
 from roll_agentic.mux.group_view import view_of
-from roll_agentic.mux.placement import RollMuxPolicy, new_group_placement
+from roll_agentic.mux.placement import RollMuxPolicy
 from roll_agentic.mux.profile import ClusterSpec, Pool
 from roll_agentic.mux.rehome import member_adds
 from roll_agentic.mux.round_robin import evaluate_round_robin, progress_rate

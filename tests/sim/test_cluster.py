@@ -4,8 +4,9 @@ from dataclasses import replace
 
 import pytest
 
+from roll_agentic.mux.candidates import new_group_placement
 from roll_agentic.mux.group import CandidateKind, GroupBook, Placement
-from roll_agentic.mux.placement import RollMuxPolicy, new_group_placement
+from roll_agentic.mux.placement import RollMuxPolicy
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
 from roll_agentic.sim.baselines import ColocatedPolicy, GreedyPolicy, SoloPolicy, colocated_nodes
 from roll_agentic.sim.cluster import ClusterSimulator, paid_alone, solo_iteration_s

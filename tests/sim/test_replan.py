@@ -5,8 +5,9 @@ from dataclasses import replace
 import pytest
 
 from roll_agentic.mux.batch import GroupAssessor
+from roll_agentic.mux.candidates import new_group_placement
 from roll_agentic.mux.group import CandidateKind, GroupBook
-from roll_agentic.mux.placement import RollMuxPolicy, new_group_placement
+from roll_agentic.mux.placement import RollMuxPolicy
 from roll_agentic.mux.profile import ClusterSpec, JobProfile
 from roll_agentic.sim.cluster import ClusterSimulator
 from roll_agentic.sim.replan import Replanner, move_keeps_slo, worst_groups
