@@ -80,6 +80,7 @@ class Group:
     nodes: dict[int, Node] = field(default_factory=dict)
     members: dict[str, JobProfile] = field(default_factory=dict)
     pinning: dict[str, Pinning] = field(default_factory=dict)  # insertion order = RR order
+    version: int = 0  # bumped on every change of members or pinning: cached views key on it
 
     def node_ids(self, pool: Pool) -> list[int]:
         return [n.node_id for n in self.nodes.values() if n.pool is pool]
@@ -175,6 +176,7 @@ class GroupBook:
                 node.jobs.append(job.job_id)
         group.members[job.job_id] = job
         group.pinning[job.job_id] = pin
+        group.version += 1
         self.job_group[job.job_id] = group.group_id
         return group, opened
 
@@ -183,6 +185,7 @@ class GroupBook:
         group = self.groups[self.job_group.pop(job_id)]
         job = group.members.pop(job_id)
         pin = group.pinning.pop(job_id)
+        group.version += 1
         released: list[Node] = []
         for nid in set(pin.rollout_nodes) | set(pin.train_nodes):
             node = group.nodes[nid]
@@ -195,6 +198,25 @@ class GroupBook:
                 released.append(group.nodes.pop(nid))
         if not group.members:
             del self.groups[group.group_id]
+        return released
+
+    def drop_rollout(self, job_id: str, drop: tuple[int, ...]) -> list[Node]:
+        """Unpin a member from some of its rollout nodes (it keeps the rest and its
+        place in the round robin); returns the nodes that leaves empty (released)."""
+        group = self.groups[self.job_group[job_id]]
+        job, pin = group.members[job_id], group.pinning[job_id]
+        keep = tuple(n for n in pin.rollout_nodes if n not in drop)
+        if pin.colocated or not keep or len(keep) + len(set(drop)) != len(pin.rollout_nodes):
+            raise ValueError(f"{job_id}: cannot drop {drop} of rollout nodes {pin.rollout_nodes}")
+        released: list[Node] = []
+        for nid in drop:
+            node = group.nodes[nid]
+            node.mem_used_gb -= job.rollout_mem_gb
+            node.jobs.remove(job_id)
+            if not node.jobs:
+                released.append(group.nodes.pop(nid))
+        group.pinning[job_id] = Pinning(keep, pin.train_nodes)  # same key: same turn order
+        group.version += 1
         return released
 
     def cost_per_hour(self) -> float:

@@ -40,6 +40,7 @@ class GroupView:
     # fits on every node of that pool, and placement skips the per-node check.
     train_room_gb: float
     rollout_room_gb: float
+    version: int  # the group's `Group.version` it was built from
     # What each member adds to the group's effective cost (`RollMuxPolicy.move_offer`).
     adds: dict[str, float] = field(default_factory=dict)
 
@@ -82,6 +83,7 @@ def view_of(group: Group, spec: ClusterSpec, rate: float | None = None) -> Group
         colocated,
         room(Pool.TRAIN),
         room(Pool.ROLLOUT),
+        group.version,
     )
 
 

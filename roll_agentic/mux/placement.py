@@ -62,6 +62,7 @@ from roll_agentic.mux.round_robin import (
     progress_rate,
     slo_periods_ok,
 )
+from roll_agentic.mux.trim import trim_offer
 
 # Kept back from every SLO for what plans on typical lengths cannot see: a
 # meta-iteration lasts as long as its slowest phase, and phase lengths vary
@@ -166,6 +167,10 @@ class RollMuxPolicy(RoundRobinPhases):
     # 1.689x / 18.9 s; 24, 1.781x / 14.9 s and 1.693x / 9.5 s; 16, 1.788x /
     # 9.1 s and 1.675x / 5.8 s; 8, 1.760x / 4.3 s (FIFO configuration).
     replan_jobs: int = 24
+    # With `spec.rollout_shrink`, a member drops rollout nodes only it uses
+    # once its group no longer needs them (`trim.py`), if that cuts the
+    # group's effective cost by this share.
+    trim_margin: float = 0.01
     # With `spec.rollout_shrink`: a group of its own on the fewest rollout
     # nodes that keep the job's SLO; batch plans try it, judged whole
     # (`place_batch`). Online it is a bet that partners come to fill the
@@ -190,6 +195,13 @@ class RollMuxPolicy(RoundRobinPhases):
         self._rehomer = Rehomer(self.move_margin)
         self._prices = (self.spec.price(Pool.ROLLOUT), self.spec.price(Pool.TRAIN))
 
+    def trim_offer(self, group: Group, job_id: str) -> tuple[int, ...]:
+        """Rollout nodes member `job_id` of `group` should drop, between its iterations (`trim.py`)."""
+        if not self.spec.rollout_shrink:
+            return ()
+        view = self._group_view(group)
+        return trim_offer(view, group, job_id, self.spec, self.headroom, self.trim_margin)
+
     def move_offer(self, groups: Mapping[int, Group], group: Group, job_id: str) -> MoveOffer:
         """Should member `job_id` of `group` move, between its iterations? (`rehome`)"""
         return self._rehomer.offer(self, groups, group, job_id)
@@ -197,7 +209,7 @@ class RollMuxPolicy(RoundRobinPhases):
     def _group_view(self, group: Group) -> GroupView:
         view = self._views.get(group.group_id)
         members = tuple(group.pinning)
-        if view is None or view.members != members:
+        if view is None or view.members != members or view.version != group.version:
             known = self._joined.pop(group.group_id, None)
             rate = known[1] if known is not None and known[0] == members else None
             view = self._views[group.group_id] = view_of(group, self.spec, rate)

@@ -31,7 +31,8 @@ What it models (and what it does not):
   cloud always has another node.
 - A policy with `regroup` set may move a job left alone in its group to
   another group between two iterations; the move pays a cold start on
-  each of its first phases there (`_regroup`). One with `replan_every_h`
+  each of its first phases there (`_regroup`). Between iterations a job
+  may also drop rollout nodes its group no longer needs (`_trim`). One with `replan_every_h`
   re-places the jobs of its least-saving groups now and then and moves
   them the same way (`replan.py`).
 - Not modelled: node failures, network contention between jobs' syncs,
@@ -56,27 +57,8 @@ from roll_agentic.mux.round_robin import PhaseSpec
 from roll_agentic.sim.events import EventQueue, EventType
 from roll_agentic.sim.replan import Replanner, Target, move_keeps_slo
 from roll_agentic.sim.sim_result import Allocation, JobOutcome, PhaseRecord, SimResult
-from roll_agentic.sim.trace import (
-    ROLL_FACTOR_MEDIAN,
-    ROLL_FACTOR_SIGMA,
-    TRAIN_FACTOR_RANGE,
-    TraceJob,
-)
+from roll_agentic.sim.trace import TraceJob, iteration_factors
 from roll_agentic.sim.turns import NodeTurns
-
-
-def iteration_factors(seed: int, n_iters: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-iteration (rollout, train) length factors in (0, 1] of the worst case."""
-    rng = np.random.default_rng(seed)
-    roll = np.minimum(1.0, np.exp(rng.normal(np.log(ROLL_FACTOR_MEDIAN), ROLL_FACTOR_SIGMA, n_iters)))
-    train = rng.uniform(*TRAIN_FACTOR_RANGE, n_iters)
-    return roll, train
-
-
-def solo_iteration_s(job: TraceJob) -> np.ndarray:
-    roll, train = iteration_factors(job.seed, job.n_iters)
-    p = job.profile
-    return p.roll_s * roll + p.sync_s + p.train_s * train
 
 
 @dataclass
@@ -91,6 +73,7 @@ class _JobRt:
     tried_at: int = 0  # how many group changes it has already tried (regrouping)
     seen_with: tuple[str, ...] = ()  # its group's members when it last tried
     content_with: tuple[str, ...] = ()  # members with which no move could pay (rehome)
+    trimmed_with: tuple[str, ...] = ()  # its group's members when it last looked at trimming
     pending: PhaseSpec | None = None  # queued, waiting for its turn or its nodes
     handed_on: bool = False  # its running rollout already passed its nodes on (migration)
 
@@ -298,6 +281,21 @@ class ClusterSimulator:
         self._join(rt)
         self._moves += 1
 
+    def _trim(self, rt: _JobRt, now: float) -> None:
+        """Drop rollout nodes the job's group no longer needs (`mux/trim.py`), once per change of its group."""
+        offer = getattr(self.policy, "trim_offer", None)
+        members = tuple(self._book.groups[rt.group_id].pinning)
+        if offer is None or rt.trimmed_with == members:
+            return
+        rt.trimmed_with, job_id = members, rt.trace.profile.job_id
+        t0 = wallclock.process_time()
+        drop = offer(self._book.groups[rt.group_id], job_id)
+        self._regroup_s += wallclock.process_time() - t0
+        if drop:
+            self._turns.drop_nodes(job_id, drop)
+            self._release(self._book.drop_rollout(job_id, drop), now)
+            self._changed.append(rt.group_id)  # it has room for more now
+
     def _phase_end(self, job_id: str, kind: PhaseKind, now: float) -> None:
         rt = self._jobs[job_id]
         if kind is PhaseKind.ROLLOUT and rt.handed_on:  # its nodes serve another job now
@@ -334,6 +332,8 @@ class ClusterSimulator:
                 not self.replan_every_s or self._move_keeps_slo(rt, now)
             ):
                 self._regroup(rt, now)
+            if target is None and rt.group_id not in self._replanner.forming():
+                self._trim(rt, now)
             self._enqueue(job_id, PhaseKind.SYNC, now)
             return
         self._outcomes.append(self._outcome(rt))

@@ -249,3 +249,17 @@ def generate_trace(seed: int = 0, workload: WorkloadSpec | None = None) -> Trace
         n_iters = max(2, round(hours * 3600.0 / prof.solo_iter_s))
         trace.jobs.append(TraceJob(float(t), int(n_iters), int(rng.integers(2**31)), prof))
     return trace
+
+
+def iteration_factors(seed: int, n_iters: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-iteration (rollout, train) length factors in (0, 1] of the worst case."""
+    rng = np.random.default_rng(seed)
+    roll = np.minimum(1.0, np.exp(rng.normal(np.log(ROLL_FACTOR_MEDIAN), ROLL_FACTOR_SIGMA, n_iters)))
+    train = rng.uniform(*TRAIN_FACTOR_RANGE, n_iters)
+    return roll, train
+
+
+def solo_iteration_s(job: TraceJob) -> np.ndarray:
+    roll, train = iteration_factors(job.seed, job.n_iters)
+    p = job.profile
+    return p.roll_s * roll + p.sync_s + p.train_s * train

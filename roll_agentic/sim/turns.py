@@ -99,6 +99,15 @@ class NodeTurns:
         self.queued.pop(job_id, None)
         return nodes
 
+    def drop_nodes(self, job_id: str, node_ids: Iterable[int]) -> None:
+        """A job no longer runs on `node_ids` (`GroupBook.drop_rollout`); its other turns stay."""
+        gone = set(node_ids)
+        for nid in gone:
+            del self.served[nid][job_id]
+            if not self.served[nid]:
+                del self.served[nid]
+        self.nodes_of[job_id] = tuple(n for n in self.nodes_of[job_id] if n not in gone)
+
     def turn(self, node_id: int) -> str | None:
         """The job whose phase this node serves next; None if none is pinned."""
         on = self.served.get(node_id)

@@ -9,9 +9,9 @@ from roll_agentic.mux.group import CandidateKind, GroupBook, Placement
 from roll_agentic.mux.placement import RollMuxPolicy
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
 from roll_agentic.sim.baselines import ColocatedPolicy, GreedyPolicy, SoloPolicy, colocated_nodes
-from roll_agentic.sim.cluster import ClusterSimulator, paid_alone, solo_iteration_s
+from roll_agentic.sim.cluster import ClusterSimulator, paid_alone
 from roll_agentic.sim.compare import compare, summarize
-from roll_agentic.sim.trace import TraceJob, WorkloadSpec, generate_trace
+from roll_agentic.sim.trace import TraceJob, WorkloadSpec, generate_trace, solo_iteration_s
 
 SPEC = ClusterSpec()
 

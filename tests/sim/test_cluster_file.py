@@ -76,15 +76,19 @@ def test_only_price_ratios_shape_decisions_so_scaled_prices_scale_every_cost(tmp
     assert base["cluster"]["train"]["name"] == "H800"
 
 
-def test_a_dearer_training_class_makes_sharing_pay_more(tmp_path, capsys):
-    # Multiplexing saves training-node time above all: the dearer that is, the more it saves.
+def test_a_dearer_training_class_reaches_every_policy(tmp_path, capsys):
+    # Colocated runs its rollouts on training-class GPUs: the dearer those
+    # are, the more RollMux, which runs them on rollout-class ones, saves over it.
     dear = _yaml(tmp_path, "train: {price_per_gpu_hour: 6.0}\n")
     assert cli.main(["compare", "--seeds", "0", "--jobs", "30", "--json", "--workers", "1"]) == 0
     paper = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert cli.main(["compare", "--seeds", "0", "--jobs", "30", "--json", "--workers", "1", "--cluster", str(dear)]) == 0
     dearer = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert dearer["cluster"]["train"]["price_per_gpu_hour"] == 6.0
-    assert dearer["rollmux_saving"]["solo"]["mean"] > paper["rollmux_saving"]["solo"]["mean"]
+    assert dearer["cost_per_hour"]["solo"]["mean"] > paper["cost_per_hour"]["solo"]["mean"] * 1.5
+    saving = lambda doc, over: doc["rollmux_saving"][over]["mean"]  # noqa: E731
+    assert saving(dearer, "colocated") > saving(paper, "colocated") * 1.1
+    assert saving(dearer, "solo") > 1.2 and dearer["slo_attainment"]["rollmux"]["min"] == 1.0
 
 
 def test_other_commands_take_the_cluster_too(tmp_path, capsys):

@@ -113,7 +113,7 @@ def test_replanning_a_trace_costs_less_and_keeps_every_slo():
     assert replanned.replans > 0 and replanned.moves > online.moves
     assert replanned.replan_time_s > 0.0
     assert replanned.slo_attainment == 1.0
-    assert replanned.total_cost < online.total_cost * 0.97
+    assert replanned.total_cost < online.total_cost * 0.98
     assert {j.job_id for j in replanned.jobs} == {j.profile.job_id for j in trace.jobs}
     assert all(j.iters_done == j.n_iters for j in replanned.jobs)
 

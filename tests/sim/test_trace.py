@@ -41,8 +41,7 @@ def test_philly_arrivals_are_burstier_than_poisson():
 
 
 def test_profiles_carry_the_typical_phase_lengths_the_simulator_draws():
-    from roll_agentic.sim.cluster import iteration_factors
-    from roll_agentic.sim.trace import typical_fractions
+    from roll_agentic.sim.trace import iteration_factors, typical_fractions
 
     roll, train = iteration_factors(seed=7, n_iters=200_000)
     r_typ, t_typ = typical_fractions()
