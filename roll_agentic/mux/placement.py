@@ -62,7 +62,7 @@ from roll_agentic.mux.round_robin import (
     progress_rate,
     slo_periods_ok,
 )
-from roll_agentic.mux.trim import trim_offer
+from roll_agentic.mux.trim import own_rollout_nodes, trim_offer
 
 # Kept back from every SLO for what plans on typical lengths cannot see: a
 # meta-iteration lasts as long as its slowest phase, and phase lengths vary
@@ -197,10 +197,10 @@ class RollMuxPolicy(RoundRobinPhases):
 
     def trim_offer(self, group: Group, job_id: str) -> tuple[int, ...]:
         """Rollout nodes member `job_id` of `group` should drop, between its iterations (`trim.py`)."""
-        if not self.spec.rollout_shrink:
+        if not self.spec.rollout_shrink or not own_rollout_nodes(group, job_id):
             return ()
-        view = self._group_view(group)
-        return trim_offer(view, group, job_id, self.spec, self.headroom, self.trim_margin)
+        view, (_, options) = self._group_view(group), self._own_plan(group.members[job_id])
+        return trim_offer(view, group, job_id, options, self.spec, self.headroom, self.trim_margin)
 
     def move_offer(self, groups: Mapping[int, Group], group: Group, job_id: str) -> MoveOffer:
         """Should member `job_id` of `group` move, between its iterations? (`rehome`)"""

@@ -18,10 +18,9 @@ the group as it is. Beyond the paper, which sizes a job's nodes once.
 
 from __future__ import annotations
 
-from roll_agentic.mux.candidates import rollout_options
 from roll_agentic.mux.group import Group
 from roll_agentic.mux.group_view import GroupView
-from roll_agentic.mux.profile import ClusterSpec, Pool, phase_times, planned
+from roll_agentic.mux.profile import ClusterSpec, PhaseTimes, Pool
 from roll_agentic.mux.round_robin import (
     MemberPlan,
     evaluate_on,
@@ -31,35 +30,45 @@ from roll_agentic.mux.round_robin import (
 )
 
 
+def own_rollout_nodes(group: Group, job_id: str) -> list[int]:
+    """The rollout nodes member `job_id` could drop: those only it uses, if it has others to keep."""
+    pin = group.pinning[job_id]
+    if pin.colocated or len(pin.rollout_nodes) < 2:
+        return []
+    return [n for n in pin.rollout_nodes if group.nodes[n].jobs == [job_id]]
+
+
 def trim_offer(
-    view: GroupView, group: Group, job_id: str, spec: ClusterSpec, headroom: float, margin: float
+    view: GroupView,
+    group: Group,
+    job_id: str,
+    options: list[tuple[int, PhaseTimes]],
+    spec: ClusterSpec,
+    headroom: float,
+    margin: float,
 ) -> tuple[int, ...]:
     """The rollout nodes member `job_id` should drop (none: keep them all).
 
-    Only nodes it uses alone (dropping a shared one releases nothing), and
-    only down to node counts whose iteration alone keeps its SLO
-    (`rollout_options`). Of the feasible counts, the one of least
-    effective cost.
+    Only nodes it uses alone (`own_rollout_nodes`: dropping a shared one
+    releases nothing), and only down to the node counts in `options`
+    (`candidates.rollout_options`: those whose iteration alone keeps its
+    SLO, with their planned times). Of the feasible counts, the one of
+    least effective cost.
     """
-    job, pin = group.members[job_id], group.pinning[job_id]
-    if pin.colocated or len(pin.rollout_nodes) < 2:
-        return ()
-    own = [n for n in pin.rollout_nodes if group.nodes[n].jobs == [job_id]]
-    if not own:
-        return ()
-    counts = {n for n, _ in rollout_options(job, spec, headroom)}
+    pin = group.pinning[job_id]
+    own = own_rollout_nodes(group, job_id)
+    times_of = dict(options)
     at = view.members.index(job_id)
     profiles = list(group.members.values())
     n_members = len(profiles)
     best: tuple[int, ...] = ()
     best_cost = view.cost * n_members / view.rate * (1.0 - margin)
     for k in range(1, min(len(own), len(pin.rollout_nodes) - 1) + 1):
-        n = len(pin.rollout_nodes) - k
-        if n not in counts:
+        times = times_of.get(len(pin.rollout_nodes) - k)
+        if times is None:
             break  # fewer nodes only lengthen its iteration further
         drop = tuple(own[-k:])
         keep = tuple(x for x in pin.rollout_nodes if x not in drop)
-        times = planned(phase_times(job, n, len(pin.train_nodes), False, spec), job)
         plans = list(view.plans)
         plans[at] = MemberPlan(times, keep, pin.train_nodes)
         if n_members > 1:
