@@ -88,15 +88,17 @@ class ClusterSpec:
     # for about a third of its length, and a short wait in a queue costs
     # less. Not in the paper; off by default (`sim compare --rollout-fifo`).
     rollout_fifo: bool = False
-    # A job joining a group may run its rollouts on fewer rollout nodes
-    # than it was profiled on, down to one, when its SLO allows the longer
-    # rollout: the objective is the cheapest placement within every SLO,
-    # and the colocated baseline sizes its nodes the same way. In a group
-    # whose training nodes are busy, a member's rollout waits behind the
-    # others' training anyway. Scored like any candidate, its slowdown
-    # priced in (`mux.placement`). On the 200-job trace, seeds 0-4: mean
-    # 1.560x cheaper than solo and 1.273x than colocated, against 1.544x
-    # and 1.260x without (`sim compare --full-rollout`), SLOs all met.
+    # A job may run its rollouts on fewer rollout nodes than it was
+    # profiled on, down to one, when its SLO allows the longer rollout: the
+    # objective is the cheapest placement within every SLO, and the
+    # colocated baseline sizes its nodes the same way. In a group whose
+    # training nodes are busy, a member's rollout waits behind the others'
+    # training anyway. A joining job may take fewer (`mux/placement.py`),
+    # and a member drops nodes only it uses once its group no longer needs
+    # them (`mux/trim.py`); both are scored with slowdowns priced in. On
+    # the 200-job trace, seeds 0-4: mean 1.61x cheaper than solo and 1.31x
+    # than colocated, against 1.54x and 1.26x without (`sim compare
+    # --full-rollout`), SLOs all met.
     rollout_shrink: bool = True
 
     def node_class(self, pool: Pool) -> NodeClass:
