@@ -75,21 +75,20 @@ def _spec(args: argparse.Namespace) -> ClusterSpec:
     return load_cluster(args.cluster, base) if args.cluster else base
 
 
-def _full_rollout_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--full-rollout",
-        action="store_true",
-        help="every job runs its rollouts on the rollout node count it was profiled on (by "
-        "default a job joining a group may take fewer, a longer rollout, when its SLO allows)",
-    )
-
-
-def _cluster_option(p: argparse.ArgumentParser) -> None:
+def _cluster_options(p: argparse.ArgumentParser) -> None:
+    """The options `_spec` reads beyond the switch flags: the hardware, and rollout node counts."""
     p.add_argument(
         "--cluster",
         metavar="FILE",
         help="YAML of your hardware: GPU classes, prices, host memory, switch costs "
         "(conf/sim/cluster_h20_h800.yaml is the default written out)",
+    )
+    p.add_argument(
+        "--full-rollout",
+        action="store_true",
+        help="every job runs its rollouts on the rollout node count it was profiled on (by "
+        "default a joining job may take fewer, and a member may drop rollout nodes only it "
+        "uses, a longer rollout, when SLOs allow)",
     )
 
 
@@ -322,8 +321,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             "round-robin turns, so jobs that share only rollout nodes keep their own pace "
             "(beyond the paper; pays off with --share-any)",
         )
-        _full_rollout_option(p)
-        _cluster_option(p)
+        _cluster_options(p)
 
     p = sub.add_parser("compare", help="all policies on one trace")
     common(p, 200)
@@ -393,8 +391,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--rollout-fifo", action="store_true", help="rollout nodes serve first come, first served"
     )
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    _full_rollout_option(p)
-    _cluster_option(p)
+    _cluster_options(p)
     p.set_defaults(func=_reporting_errors(_repack))
 
     p = sub.add_parser("affinity", help="task-affine pools vs a single GPU pool")
