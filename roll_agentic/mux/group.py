@@ -200,22 +200,27 @@ class GroupBook:
             del self.groups[group.group_id]
         return released
 
-    def drop_rollout(self, job_id: str, drop: tuple[int, ...]) -> list[Node]:
-        """Unpin a member from some of its rollout nodes (it keeps the rest and its
-        place in the round robin); returns the nodes that leaves empty (released)."""
+    def repin_rollout(self, job_id: str, rollout_nodes: tuple[int, ...]) -> list[Node]:
+        """Pin a member's rollouts to other nodes of its group (it keeps its training
+        nodes and its place in the round robin); returns the nodes left empty (released)."""
         group = self.groups[self.job_group[job_id]]
         job, pin = group.members[job_id], group.pinning[job_id]
-        keep = tuple(n for n in pin.rollout_nodes if n not in drop)
-        if pin.colocated or not keep or len(keep) + len(set(drop)) != len(pin.rollout_nodes):
-            raise ValueError(f"{job_id}: cannot drop {drop} of rollout nodes {pin.rollout_nodes}")
+        new, old = set(rollout_nodes), set(pin.rollout_nodes)
+        if pin.colocated or not new or len(new) != len(rollout_nodes) or any(
+            n not in group.nodes or group.nodes[n].pool is not Pool.ROLLOUT for n in new
+        ):
+            raise ValueError(f"{job_id}: cannot run its rollouts on nodes {rollout_nodes}")
         released: list[Node] = []
-        for nid in drop:
+        for nid in sorted(new - old):
+            group.nodes[nid].mem_used_gb += job.rollout_mem_gb
+            group.nodes[nid].jobs.append(job_id)
+        for nid in sorted(old - new):
             node = group.nodes[nid]
             node.mem_used_gb -= job.rollout_mem_gb
             node.jobs.remove(job_id)
             if not node.jobs:
                 released.append(group.nodes.pop(nid))
-        group.pinning[job_id] = Pinning(keep, pin.train_nodes)  # same key: same turn order
+        group.pinning[job_id] = Pinning(rollout_nodes, pin.train_nodes)  # same key: same turn order
         group.version += 1
         return released
 

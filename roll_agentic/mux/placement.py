@@ -198,7 +198,8 @@ class RollMuxPolicy(RoundRobinPhases):
         self._prices = (self.spec.price(Pool.ROLLOUT), self.spec.price(Pool.TRAIN))
 
     def trim_offer(self, group: Group, job_id: str) -> tuple[int, ...]:
-        """Rollout nodes member `job_id` of `group` should drop, between its iterations (`trim.py`)."""
+        """Rollout nodes member `job_id` of `group` should run on from now, between its
+        iterations (`trim.py`); empty: keep its own."""
         if not self.spec.rollout_shrink or not own_rollout_nodes(group, job_id):
             return ()
         view, (_, options) = self._group_view(group), self._own_plan(group.members[job_id])

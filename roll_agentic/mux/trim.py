@@ -31,11 +31,26 @@ from roll_agentic.mux.round_robin import (
 
 
 def own_rollout_nodes(group: Group, job_id: str) -> list[int]:
-    """The rollout nodes member `job_id` could drop: those only it uses, if it has others to keep."""
+    """The rollout nodes only member `job_id` uses (releasing them saves their price)."""
     pin = group.pinning[job_id]
-    if pin.colocated or len(pin.rollout_nodes) < 2:
+    if pin.colocated:
         return []
     return [n for n in pin.rollout_nodes if group.nodes[n].jobs == [job_id]]
+
+
+def _partner_nodes(view: GroupView, group: Group, job_id: str) -> list[int]:
+    """Rollout nodes of its group it does not use, whose users all share a training node
+    with it and with room for its weights, least loaded first."""
+    job, pin = group.members[job_id], group.pinning[job_id]
+    train = set(pin.train_nodes)
+    out = []
+    for nid in view.rollout_order:
+        node = group.nodes[nid]
+        if job_id in node.jobs or node.mem_free_gb < job.rollout_mem_gb:
+            continue
+        if all(train & set(group.pinning[j].train_nodes) for j in node.jobs):
+            out.append(nid)
+    return out
 
 
 def trim_offer(
@@ -47,40 +62,48 @@ def trim_offer(
     headroom: float,
     margin: float,
 ) -> tuple[int, ...]:
-    """The rollout nodes member `job_id` should drop (none: keep them all).
+    """The rollout nodes member `job_id` should run on from now (empty: keep its own).
 
-    Only nodes it uses alone (`own_rollout_nodes`: dropping a shared one
-    releases nothing), and only down to the node counts in `options`
-    (`candidates.rollout_options`: those whose iteration alone keeps its
-    SLO, with their planned times). Of the feasible counts, the one of
-    least effective cost.
+    Two kinds of change, each releasing only nodes it uses alone
+    (`own_rollout_nodes`): keep fewer of its nodes; or, if it shares none,
+    move onto partners' nodes (`_partner_nodes`). Only node counts in
+    `options` (`candidates.rollout_options`: those whose iteration alone
+    keeps its SLO, with their planned times). Of the feasible changes, the
+    one of least effective cost.
     """
     pin = group.pinning[job_id]
     own = own_rollout_nodes(group, job_id)
+    if not own:
+        return ()
+    now = pin.rollout_nodes
+    changes = [tuple(x for x in now if x not in own[-k:]) for k in range(1, len(own) + 1)]
+    changes = [keep for keep in changes if keep]
+    if len(own) == len(now):
+        partners = _partner_nodes(view, group, job_id)
+        changes += [tuple(partners[:n]) for n in range(1, len(partners) + 1)]
     times_of = dict(options)
     at = view.members.index(job_id)
     profiles = list(group.members.values())
     n_members = len(profiles)
     best: tuple[int, ...] = ()
     best_cost = view.cost * n_members / view.rate * (1.0 - margin)
-    for k in range(1, min(len(own), len(pin.rollout_nodes) - 1) + 1):
-        times = times_of.get(len(pin.rollout_nodes) - k)
+    for keep in changes:
+        times = times_of.get(len(keep))
         if times is None:
-            break  # fewer nodes only lengthen its iteration further
-        drop = tuple(own[-k:])
-        keep = tuple(x for x in pin.rollout_nodes if x not in drop)
+            continue  # its iteration alone would break its SLO
         plans = list(view.plans)
         plans[at] = MemberPlan(times, keep, pin.train_nodes)
         if n_members > 1:
             periods = evaluate_on(plans, spec)
             if not slo_periods_ok(periods, profiles, headroom):
-                break  # fewer nodes only slow the group further
+                continue
         else:
             periods = []
             if not lone_slo_ok(plans[0], profiles[0], headroom):
-                break
-        cost = (view.cost - k * spec.price(Pool.ROLLOUT)) * n_members
+                continue
+        released = sum(1 for n in own if n not in keep)
+        cost = (view.cost - released * spec.price(Pool.ROLLOUT)) * n_members
         rate = progress_rate(periods, profiles, plans)
         if cost / rate < best_cost:
-            best, best_cost = drop, cost / rate
+            best, best_cost = keep, cost / rate
     return best

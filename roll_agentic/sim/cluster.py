@@ -31,10 +31,9 @@ What it models (and what it does not):
   cloud always has another node.
 - A policy with `regroup` set may move a job left alone in its group to
   another group between two iterations; the move pays a cold start on
-  each of its first phases there (`_regroup`). Between iterations a job
-  may also drop rollout nodes its group no longer needs (`_trim`). One with `replan_every_h`
-  re-places the jobs of its least-saving groups now and then and moves
-  them the same way (`replan.py`).
+  each of its first phases there (`_regroup`), or shed rollout nodes
+  (`_trim`). One with `replan_every_h` re-places the jobs of its
+  least-saving groups now and then and moves them the same way.
 - Not modelled: node failures, network contention between jobs' syncs,
   partial-node allocations, the cold load of a job's very first phase
   (identical across policies).
@@ -73,7 +72,7 @@ class _JobRt:
     tried_at: int = 0  # how many group changes it has already tried (regrouping)
     seen_with: tuple[str, ...] = ()  # its group's members when it last tried
     content_with: tuple[str, ...] = ()  # members with which no move could pay (rehome)
-    trimmed_with: tuple[str, ...] = ()  # its group's members when it last looked at trimming
+    trimmed_with: tuple[int, int] = (-1, -1)  # (group, `Group.version`) when it last looked at trims
     pending: PhaseSpec | None = None  # queued, waiting for its turn or its nodes
     handed_on: bool = False  # its running rollout already passed its nodes on (migration)
 
@@ -282,18 +281,19 @@ class ClusterSimulator:
         self._moves += 1
 
     def _trim(self, rt: _JobRt, now: float) -> None:
-        """Drop rollout nodes the job's group no longer needs (`mux/trim.py`), once per change of its group."""
+        """Move the job's rollouts to fewer or partners' nodes when that pays (`mux/trim.py`)."""
         offer = getattr(self.policy, "trim_offer", None)
-        members = tuple(self._book.groups[rt.group_id].pinning)
-        if offer is None or rt.trimmed_with == members:
+        seen = (rt.group_id, self._book.groups[rt.group_id].version)
+        if offer is None or rt.trimmed_with == seen:
             return
-        rt.trimmed_with, job_id = members, rt.trace.profile.job_id
+        rt.trimmed_with, job_id = seen, rt.trace.profile.job_id
         t0 = wallclock.process_time()
-        drop = offer(self._book.groups[rt.group_id], job_id)
+        keep = offer(self._book.groups[rt.group_id], job_id)
         self._regroup_s += wallclock.process_time() - t0
-        if drop:
-            self._turns.drop_nodes(job_id, drop)
-            self._release(self._book.drop_rollout(job_id, drop), now)
+        if keep:
+            was = self._book.groups[rt.group_id].pinning[job_id].rollout_nodes
+            self._turns.repin(job_id, set(was) - set(keep), set(keep) - set(was))
+            self._release(self._book.repin_rollout(job_id, keep), now)
             self._changed.append(rt.group_id)  # it has room for more now
 
     def _phase_end(self, job_id: str, kind: PhaseKind, now: float) -> None:

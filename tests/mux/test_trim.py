@@ -33,23 +33,39 @@ def test_a_member_drops_the_rollout_node_only_it_uses_once_training_sets_the_pac
     book, group = pair()
     policy = RollMuxPolicy(SPEC)
     before = policy._group_view(group)
-    drop = policy.trim_offer(group, "a")
-    assert drop == (group.pinning["a"].rollout_nodes[1],)  # its own node, not the one B shares
-    released = book.drop_rollout("a", drop)
-    assert [n.node_id for n in released] == list(drop)
+    shared, own = group.pinning["a"].rollout_nodes
+    assert policy.trim_offer(group, "a") == (shared,)  # keeps the node B shares, drops its own
+    released = book.repin_rollout("a", (shared,))
+    assert [n.node_id for n in released] == [own]
     assert group.pinning["a"].rollout_nodes == group.pinning["b"].rollout_nodes
     assert list(group.pinning) == ["a", "b"]  # same turn order
     assert GroupAssessor(SPEC, SLO_HEADROOM).assess(group)[0], "both keep their SLOs"
     after = policy._group_view(group)  # the pinning changed: the view is rebuilt
     assert after is not before and after.cost == pytest.approx(before.cost - SPEC.price(Pool.ROLLOUT))
     assert after.cost / after.rate < before.cost / before.rate
-    assert policy.trim_offer(group, "a") == ()  # one rollout node left
+    assert policy.trim_offer(group, "a") == ()  # it shares its one node
 
 
-def test_no_trim_that_breaks_an_slo_shares_a_node_or_slows_a_lone_job():
+def test_a_member_moves_its_rollouts_onto_a_partners_node_and_releases_its_own():
+    # Training sets the pace (1,800 s a round); C rolls out for 300 s on a node of its own.
+    book, group = pair()
+    c = prof("c", 1, 300.0, 300.0, slo=4.0)
+    book.apply(
+        Placement(CandidateKind.ADD_ROLLOUT, group.group_id, (), tuple(group.node_ids(Pool.TRAIN)), 1), c
+    )
+    (c_node,) = group.pinning["c"].rollout_nodes
+    policy = RollMuxPolicy(SPEC)
+    keep = policy.trim_offer(group, "c")
+    assert keep and c_node not in keep and set(keep) <= set(group.pinning["a"].rollout_nodes)
+    assert [n.node_id for n in book.repin_rollout("c", keep)] == [c_node]
+    assert all("c" in group.nodes[n].jobs for n in keep)
+    assert GroupAssessor(SPEC, SLO_HEADROOM).assess(group)[0]
+
+
+def test_no_trim_that_breaks_an_slo_or_slows_a_lone_job_for_nothing():
     book, group = pair(slo_a=1.3)  # A's rollout on one node: 1.5x its iteration
     assert RollMuxPolicy(SPEC).trim_offer(group, "a") == ()
-    assert RollMuxPolicy(SPEC).trim_offer(group, "b") == ()  # one node, shared
+    assert RollMuxPolicy(SPEC).trim_offer(group, "b") == ()  # its one node is shared
     assert RollMuxPolicy(replace(SPEC, rollout_shrink=False)).trim_offer(pair()[1], "a") == ()
     lone = GroupBook(SPEC)
     a = prof("a", 2, 500.0, 500.0)
@@ -58,12 +74,11 @@ def test_no_trim_that_breaks_an_slo_shares_a_node_or_slows_a_lone_job():
     assert RollMuxPolicy(SPEC).trim_offer(g, "a") == ()
 
 
-def test_drop_rollout_rejects_what_would_leave_no_rollout_node():
+def test_repin_rollout_rejects_nodes_a_member_cannot_run_on():
     book, group = pair()
-    with pytest.raises(ValueError, match="cannot drop"):
-        book.drop_rollout("a", group.pinning["a"].rollout_nodes)
-    with pytest.raises(ValueError, match="cannot drop"):
-        book.drop_rollout("a", (999,))
+    for bad in ((), (999,), tuple(group.node_ids(Pool.TRAIN))):
+        with pytest.raises(ValueError, match="cannot run its rollouts"):
+            book.repin_rollout("a", bad)
 
 
 def test_a_simulated_trim_releases_the_node_and_keeps_every_slo():
