@@ -1,5 +1,7 @@
 """Round robin: the intra-group phase order, and why it is the one we use."""
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -181,17 +183,26 @@ def test_fifo_rollout_keeps_members_on_one_training_node_in_turns():
 
 @st.composite
 def fifo_groups(draw):
-    """1-6 members over a few rollout nodes (FIFO) and training nodes (turns), gangs included."""
+    """1-6 members over a few rollout nodes (FIFO) and training nodes (turns), gangs included.
+
+    Every length gets an offset of its own (irrational multiples), so no two
+    events of a run fall at the same instant: at such a tie the event run
+    queues simultaneous rollouts in the order it happens to handle the
+    events, the recursion by member, and both are first come, first served.
+    Measured lengths are continuous; hypothesis's round values are not.
+    """
     n = draw(st.integers(1, 6))
     members = []
-    for _ in range(n):
-        roll = draw(st.floats(100, 1000))
+    for k in range(n):
+        roll = draw(st.floats(100, 1000)) + 0.0137 * (k + 1) * math.sqrt(2)
         hold = draw(st.one_of(st.none(), st.floats(0.2, 1.0).map(lambda f, r=roll: f * r)))
+        train = draw(st.floats(100, 1000)) + 0.0291 * (k + 1) * math.sqrt(3)
+        sync = draw(st.floats(0, 30)) + 0.0053 * (k + 1) * math.sqrt(5)
         r_nodes = draw(st.lists(st.integers(0, 3), min_size=1, max_size=2, unique=True))
         t_nodes = draw(st.lists(st.integers(10, 12), min_size=1, max_size=2, unique=True))
         members.append(
             MemberPlan(
-                PhaseTimes(roll, draw(st.floats(100, 1000)), draw(st.floats(0, 30)), hold),
+                PhaseTimes(roll, train, sync, hold),
                 tuple(sorted(r_nodes)),
                 tuple(sorted(t_nodes)),
             )
