@@ -106,9 +106,9 @@ class RollMuxPolicy(RoundRobinPhases):
     regroup: bool = True
     # With regroup: offer every member a move, not only lone ones
     # (`rehome.py`); a move must save `move_margin` x the job's solo $/h. Off by
-    # default: on the 200-job trace it takes seed 0 from $724.7/h to
-    # $706.5/h (seeds 0-4: 1.61x -> 1.67x cheaper than solo), SLOs all met,
-    # but 2,000 jobs then take 1.52 s of scheduler time in all (0.71-0.78 s
+    # default: on the 200-job trace it takes seed 0 from $716.4/h to
+    # $713.2/h (seeds 0-4: 1.62x -> 1.66x cheaper than solo), SLOs all met,
+    # but 2,000 jobs then take 1.62 s of scheduler time in all (0.75-0.81 s
     # without), past the 1 s budget.
     rehome: bool = False
     move_margin: float = 0.2
@@ -143,10 +143,10 @@ class RollMuxPolicy(RoundRobinPhases):
     # between iterations when that is cheaper by `replan_margin`
     # (`sim/replan.py`; 0: never). Not in the paper. Off by default for its
     # scheduler time: each re-plan searches a batch of ~24 jobs, hundreds of
-    # times over a 2,000-job trace (10.7 s of CPU in all, against the 1 s
+    # times over a 2,000-job trace (10.4 s of CPU in all, against the 1 s
     # bar). Measured on the 200-job trace (seeds 0-4) at 12 h: 1.66-1.73x
     # cheaper than solo instead of 1.51-1.58x, SLOs all met (1.68-1.74x
-    # against 1.60-1.64x once jobs run on fewer rollout nodes where SLOs allow).
+    # against 1.61-1.65x once jobs run on fewer rollout nodes where SLOs allow).
     replan_every_h: float = 0.0
     replan_margin: float = 0.02
     # Placements a re-plan's batch search may try. A re-plan places ~24 to
@@ -178,7 +178,8 @@ class RollMuxPolicy(RoundRobinPhases):
     # 1.602x cheaper than solo against 1.560x, but a 30-job trace 2-6 %
     # dearer, and with training GPUs at 6x a rollout GPU's price; with
     # trims, which drop nodes once partners have come, it adds nothing
-    # (1.609x either way), so arrivals do not take it.
+    # (1.609x either way, before trims could move rollouts onto partners'
+    # nodes), so arrivals do not take it.
     shrink_alone: bool = False
     name: str = "rollmux"
     _views: dict[int, GroupView] = field(default_factory=dict, repr=False)

@@ -95,10 +95,10 @@ class ClusterSpec:
     # training nodes are busy, a member's rollout waits behind the others'
     # training anyway. A joining job may take fewer (`mux/placement.py`),
     # and a member drops nodes only it uses once its group no longer needs
-    # them (`mux/trim.py`); both are scored with slowdowns priced in. On
-    # the 200-job trace, seeds 0-4: mean 1.61x cheaper than solo and 1.31x
-    # than colocated, against 1.54x and 1.26x without (`sim compare
-    # --full-rollout`), SLOs all met.
+    # them, or moves its rollouts onto partners' nodes (`mux/trim.py`);
+    # all are scored with slowdowns priced in. On the 200-job trace, seeds
+    # 0-4: mean 1.62x cheaper than solo and 1.32x than colocated, against
+    # 1.54x and 1.26x without (`sim compare --full-rollout`), SLOs all met.
     rollout_shrink: bool = True
 
     def node_class(self, pool: Pool) -> NodeClass:
