@@ -2,14 +2,17 @@
 
 A job brings its rollout nodes into a group, sized for running alone. Once
 partners join and the group's training nodes are busy, the job's rollout
-waits behind the others' training anyway: on fewer of its rollout nodes
-(a longer rollout) the group keeps the same pace and pays for fewer
-nodes. Between two of the job's iterations (its nodes hold none of its
-phases) it may drop rollout nodes that no other member uses, when every
-member still keeps its SLO and the group's effective cost (its $/h over
-its members' summed progress, `group_view.effective_cost`) falls by more
-than `margin`. Its state stays resident on the nodes it keeps, so no
-switch turns cold.
+waits behind the others' training anyway: on fewer rollout nodes (a
+longer rollout) the group keeps the same pace and pays for fewer nodes.
+Between two of the job's iterations (its nodes hold none of its phases)
+it may drop rollout nodes that no other member uses, or, if it shares
+none, move its rollouts onto partners' rollout nodes (partners on one of
+its training nodes, whose turns are aligned with its own) and release
+its own. Either must keep every member's SLO and lower the group's
+effective cost (its $/h over its members' summed progress,
+`group_view.effective_cost`) by more than `margin`. Rollout weights are
+small next to a node's host memory, so on a node with room they stay
+resident and the switch stays warm.
 
 Unlike opening a job's own group on fewer rollout nodes, which bets that
 partners will come (`RollMuxPolicy.shrink_alone`), a trim is judged on

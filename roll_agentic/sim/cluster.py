@@ -31,12 +31,10 @@ What it models (and what it does not):
   cloud always has another node.
 - A policy with `regroup` set may move a job left alone in its group to
   another group between two iterations; the move pays a cold start on
-  each of its first phases there (`_regroup`), or shed rollout nodes
-  (`_trim`). One with `replan_every_h` re-places the jobs of its
-  least-saving groups now and then and moves them the same way.
-- Not modelled: node failures, network contention between jobs' syncs,
-  partial-node allocations, the cold load of a job's very first phase
-  (identical across policies).
+  each of its first phases there (`_regroup`); RollMux may also trim its rollout nodes
+  (`_trim`). One with `replan_every_h` re-places its least-saving groups' jobs the same way.
+- Not modelled: node failures, network contention between jobs' syncs, partial-node
+  allocations, the cold load of a job's very first phase (identical across policies).
 """
 
 from __future__ import annotations
@@ -291,8 +289,10 @@ class ClusterSimulator:
         keep = offer(self._book.groups[rt.group_id], job_id)
         self._regroup_s += wallclock.process_time() - t0
         if keep:
-            was = self._book.groups[rt.group_id].pinning[job_id].rollout_nodes
-            self._turns.repin(job_id, set(was) - set(keep), set(keep) - set(was))
+            was = set(self._book.groups[rt.group_id].pinning[job_id].rollout_nodes)
+            if set(keep) - was:  # its last sync went to its old nodes: load them cold
+                rt.cold.add(PhaseKind.ROLLOUT)
+            self._turns.repin(job_id, was - set(keep), set(keep) - was)
             self._release(self._book.repin_rollout(job_id, keep), now)
             self._changed.append(rt.group_id)  # it has room for more now
 
