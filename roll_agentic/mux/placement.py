@@ -108,7 +108,7 @@ class RollMuxPolicy(RoundRobinPhases):
     # (`rehome.py`); a move must save `move_margin` x the job's solo $/h. Off by
     # default: on the 200-job trace it takes seed 0 from $716.4/h to
     # $713.2/h (seeds 0-4: 1.62x -> 1.66x cheaper than solo), SLOs all met,
-    # but 2,000 jobs then take 1.62 s of scheduler time in all (0.75-0.81 s
+    # but 2,000 jobs then take 1.62 s of scheduler time in all (0.79-0.83 s
     # without), past the 1 s budget.
     rehome: bool = False
     move_margin: float = 0.2
