@@ -92,7 +92,15 @@ class BatchStep:
     opened: tuple[int, ...]  # nodes it opened, scratch ids, in the book's opening order
 
 
-SEED_ORDERS = 5  # orders every search tries first, whatever its budget (`search_batch`)
+# Orders every search tries first, whatever its budget (`search_batch`): arrival
+# order, then dearest, tightest SLO, longest and most training work first.
+_SEED_KEYS: tuple[Callable[[JobProfile, ClusterSpec], float], ...] = (
+    lambda j, spec: -j.solo_cost_per_hour(spec),
+    lambda j, spec: j.slo,
+    lambda j, spec: -j.planned_iter_s,
+    lambda j, spec: -j.train_s * j.n_train,
+)
+SEED_ORDERS = 1 + len(_SEED_KEYS)
 
 # A policy that places one job (RollMux with or without share_any).
 PlaceFn = Callable[[Mapping[int, Group], JobProfile], Placement]
@@ -144,13 +152,7 @@ def search_batch(
         i = min(range(len(variants)), key=vals.__getitem__)  # ties: the first variant
         return vals[i], variants[i]
 
-    seeds = [  # SEED_ORDERS of them
-        list(jobs),
-        sorted(jobs, key=lambda j: -j.solo_cost_per_hour(spec)),
-        sorted(jobs, key=lambda j: j.slo),
-        sorted(jobs, key=lambda j: -j.planned_iter_s),
-        sorted(jobs, key=lambda j: -j.train_s * j.n_train),
-    ]
+    seeds = [list(jobs)] + [sorted(jobs, key=lambda j, k=k: k(j, spec)) for k in _SEED_KEYS]
     best_val, best_order = min(((best_of(o)[0], o) for o in seeds), key=lambda vo: vo[0])
     rng = np.random.default_rng(len(jobs))
     start_val, start = best_val, best_order

@@ -201,10 +201,13 @@ class RollMuxPolicy(RoundRobinPhases):
     def trim_offer(self, group: Group, job_id: str) -> tuple[int, ...]:
         """Rollout nodes member `job_id` of `group` should run on from now, between its
         iterations (`trim.py`); empty: keep its own."""
-        if not self.spec.rollout_shrink or not own_rollout_nodes(group, job_id):
-            return ()
+        own = own_rollout_nodes(group, job_id) if self.spec.rollout_shrink else []
+        if not own:
+            return ()  # nothing it could release
         view, (_, options) = self._group_view(group), self._own_plan(group.members[job_id])
-        return trim_offer(view, group, job_id, options, self.spec, self.headroom, self.trim_margin)
+        return trim_offer(
+            view, group, job_id, own, options, self.spec, self.headroom, self.trim_margin
+        )
 
     def move_offer(self, groups: Mapping[int, Group], group: Group, job_id: str) -> MoveOffer:
         """Should member `job_id` of `group` move, between its iterations? (`rehome`)"""

@@ -60,6 +60,7 @@ def trim_offer(
     view: GroupView,
     group: Group,
     job_id: str,
+    own: list[int],
     options: list[tuple[int, PhaseTimes]],
     spec: ClusterSpec,
     headroom: float,
@@ -67,15 +68,14 @@ def trim_offer(
 ) -> tuple[int, ...]:
     """The rollout nodes member `job_id` should run on from now (empty: keep its own).
 
-    Two kinds of change, each releasing only nodes it uses alone
-    (`own_rollout_nodes`): keep fewer of its nodes; or, if it shares none,
+    Two kinds of change, each releasing only nodes it uses alone (`own`,
+    from `own_rollout_nodes`): keep fewer of its nodes; or, if it shares none,
     move onto partners' nodes (`_partner_nodes`). Only node counts in
     `options` (`candidates.rollout_options`: those whose iteration alone
     keeps its SLO, with their planned times). Of the feasible changes, the
     one of least effective cost.
     """
     pin = group.pinning[job_id]
-    own = own_rollout_nodes(group, job_id)
     if not own:
         return ()
     now = pin.rollout_nodes

@@ -110,8 +110,9 @@ class ClusterSimulator:
     ) -> None:
         # Policies that move jobs left alone in a group say so (RollMux does).
         self.regroup = bool(getattr(policy, "regroup", False))
-        # And those that re-place running jobs every so often (`replan.py`).
+        # And those that re-place running jobs every so often (`replan.py`), or trim rollout nodes.
         self.replan_every_s = float(getattr(policy, "replan_every_h", 0.0)) * 3600.0
+        self.trim_offer = getattr(policy, "trim_offer", None)
         self.spec = spec
         self.policy = policy
         self.record_phases = record_phases
@@ -280,13 +281,12 @@ class ClusterSimulator:
 
     def _trim(self, rt: _JobRt, now: float) -> None:
         """Move the job's rollouts to fewer or partners' nodes when that pays (`mux/trim.py`)."""
-        offer = getattr(self.policy, "trim_offer", None)
         seen = (rt.group_id, self._book.groups[rt.group_id].version)
-        if offer is None or rt.trimmed_with == seen:
+        if self.trim_offer is None or rt.trimmed_with == seen:
             return
         rt.trimmed_with, job_id = seen, rt.trace.profile.job_id
         t0 = wallclock.process_time()
-        keep = offer(self._book.groups[rt.group_id], job_id)
+        keep = self.trim_offer(self._book.groups[rt.group_id], job_id)
         self._regroup_s += wallclock.process_time() - t0
         if keep:
             was = set(self._book.groups[rt.group_id].pinning[job_id].rollout_nodes)

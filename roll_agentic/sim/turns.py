@@ -102,18 +102,15 @@ class NodeTurns:
     def repin(self, job_id: str, drop: Iterable[int], add: Iterable[int]) -> None:
         """Between its iterations, a job leaves the turns of `drop` and joins those of
         `add` (`GroupBook.repin_rollout`), at the round it is in on its other nodes."""
-        for nid in drop:
+        gone, added = set(drop), set(add)
+        for nid in gone:
             del self.served[nid][job_id]
             if not self.served[nid]:
                 del self.served[nid]
-        added = tuple(add)
         for nid in added:
             # One rollout per iteration started there since joining, like its other rollout nodes.
             self.served.setdefault(nid, {})[job_id] = self.done[job_id]
-        gone = set(drop)
-        self.nodes_of[job_id] = tuple(
-            sorted({n for n in self.nodes_of[job_id] if n not in gone} | set(added))
-        )
+        self.nodes_of[job_id] = tuple(sorted((set(self.nodes_of[job_id]) - gone) | added))
 
     def turn(self, node_id: int) -> str | None:
         """The job whose phase this node serves next; None if none is pinned."""
