@@ -388,7 +388,7 @@ def lone_slo_ok(plan: MemberPlan, profile: JobProfile, headroom: float) -> bool:
     the reference itself; on fewer rollout nodes its longer iteration must fit
     the SLO (with headroom) like any co-run period."""
     iter_s = plan.times.iter_s
-    return iter_s <= profile.planned_iter_s or iter_s * (1.0 + headroom) <= profile.slo * profile.planned_iter_s
+    return iter_s <= profile.planned_iter_s or slo_periods_ok([iter_s], [profile], headroom)
 
 
 def progress_rate(
