@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from roll_agentic.mux.profile import (
@@ -223,6 +223,14 @@ class GroupBook:
         group.pinning[job_id] = Pinning(rollout_nodes, pin.train_nodes)  # same key: same turn order
         group.version += 1
         return released
+
+    def retarget_slo(self, job_id: str, slo: float) -> JobProfile:
+        """Give a member a new SLO target (banked slack, `mux/slack.py`); its pins stay."""
+        group = self.groups[self.job_group[job_id]]
+        profile = replace(group.members[job_id], slo=slo)
+        group.members[job_id] = profile
+        group.version += 1  # views cache the group's SLO budget
+        return profile
 
     def cost_per_hour(self) -> float:
         return sum(g.cost_per_hour(self.spec) for g in self.groups.values())

@@ -181,6 +181,12 @@ class RollMuxPolicy(RoundRobinPhases):
     # (1.609x either way, before trims could move rollouts onto partners'
     # nodes), so arrivals do not take it.
     shrink_alone: bool = False
+    # Hold a running job to the slowdown its whole run can still take
+    # (`slack.py`): the simulator re-targets its SLO at an iteration end once
+    # that moves by `bank_step` of it. Not in the paper; off by default for
+    # its scheduler time (each new target re-builds its group's view).
+    bank_slack: bool = False
+    bank_step: float = 0.05
     name: str = "rollmux"
     _views: dict[int, GroupView] = field(default_factory=dict, repr=False)
     _groups: dict[int, Group] = field(default_factory=dict, repr=False)  # whose views we keep

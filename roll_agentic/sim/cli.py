@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from roll_agentic.sim.options import RollMuxOptions
 from roll_agentic.sim.trace import Trace, WorkloadSpec, generate_trace
 
 if TYPE_CHECKING:
@@ -116,11 +117,8 @@ def _emit(args: argparse.Namespace, doc: dict, table: list[str]) -> int:
 
 def _beyond_paper(doc: dict) -> list[str]:
     """The flags of RollMux options beyond the paper that a comparison ran with."""
-    opts = doc["rollmux_options"]
-    flags = [f for f, on in (("--rehome", opts["rehome"]), ("--share-any", opts["share_any"])) if on]
-    flags += [f"--replan {opts['replan_every_h']:g}"] if opts["replan_every_h"] else []
-    flags += ["--rollout-fifo"] if doc["rollout_fifo"] else []
-    return flags
+    flags = RollMuxOptions.flags(doc["rollmux_options"])
+    return flags + (["--rollout-fifo"] if doc["rollout_fifo"] else [])
 
 
 
@@ -134,9 +132,7 @@ def _compare_seeds(args: argparse.Namespace) -> int:
     run = SeedRun(
         jobs=args.jobs,
         arrival=args.arrival,
-        rehome=args.rehome,
-        share_any=args.share_any,
-        replan_every_h=args.replan,
+        options=RollMuxOptions.from_args(args),
         spec=_spec(args),
     )
     doc = compare_seeds(parse_seeds(args.seeds), run, args.workers)
@@ -162,9 +158,7 @@ def _compare(args: argparse.Namespace) -> int:
         trace,
         spec=_spec(args),
         record=bool(args.plot),
-        rehome=args.rehome,
-        share_any=args.share_any,
-        replan_every_h=args.replan,
+        options=RollMuxOptions.from_args(args),
     )
     if args.plot:
         from roll_agentic.sim.plots import write_plots
@@ -203,6 +197,7 @@ def _optimality(args: argparse.Namespace) -> int:
         node_budget=args.budget,
         share_any=args.share_any,
         rehome=args.rehome,
+        bank_slack=args.bank_slack,
         batch=not args.one_by_one,
     )
     rows = [
@@ -230,9 +225,7 @@ def _scale(args: argparse.Namespace) -> int:
         args.jobs,
         args.seed,
         spec=_spec(args),
-        rehome=args.rehome,
-        share_any=args.share_any,
-        replan_every_h=args.replan,
+        options=RollMuxOptions.from_args(args),
     )
     return _emit(args, doc, scale_table(doc))
 
@@ -307,6 +300,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             action="store_true",
             help="let RollMux share any subset of a group's nodes and open training nodes too "
             "(beyond the paper's three candidate kinds)",
+        )
+        p.add_argument(
+            "--bank-slack",
+            action="store_true",
+            help="hold a running job to the slowdown its whole run can still take: one that ran "
+            "ahead of its SLO may run slower from then on, and its group takes more "
+            "(beyond the paper; costs scheduler time)",
         )
         p.add_argument(
             "--no-migration",

@@ -33,6 +33,8 @@ What it models (and what it does not):
   another group between two iterations; the move pays a cold start on
   each of its first phases there (`_regroup`); RollMux may also trim its rollout nodes
   (`_trim`). One with `replan_every_h` re-places its least-saving groups' jobs the same way.
+  One with `bank_slack` has each job's SLO target re-set at its iteration
+  ends to what its whole run can still take (`_bank`, `mux/slack.py`).
 - Not modelled: node failures, network contention between jobs' syncs, partial-node
   allocations, the cold load of a job's very first phase (identical across policies).
 """
@@ -42,62 +44,19 @@ from __future__ import annotations
 import functools
 import time as wallclock
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-
-import numpy as np
 
 from roll_agentic.mux.batch import ScratchIds
 from roll_agentic.mux.group import Group, GroupBook, Node, Placement
 from roll_agentic.mux.policy import SchedulerPolicy
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseKind, Pool
 from roll_agentic.mux.round_robin import PhaseSpec
+from roll_agentic.mux.slack import remaining_slo
 from roll_agentic.sim.events import EventQueue, EventType
+from roll_agentic.sim.job_runtime import JobRuntime, NodeRuntime, paid_alone
 from roll_agentic.sim.replan import Replanner, Target, move_keeps_slo
 from roll_agentic.sim.sim_result import Allocation, JobOutcome, PhaseRecord, SimResult
 from roll_agentic.sim.trace import TraceJob, iteration_factors
 from roll_agentic.sim.turns import NodeTurns
-
-
-@dataclass
-class _JobRt:
-    trace: TraceJob
-    roll_f: np.ndarray
-    train_f: np.ndarray
-    group_id: int = -1
-    iters_done: int = 0
-    last_end: float = 0.0
-    cold: set[PhaseKind] = field(default_factory=set)  # phases whose state is not resident yet
-    tried_at: int = 0  # how many group changes it has already tried (regrouping)
-    seen_with: tuple[str, ...] = ()  # its group's members when it last tried
-    content_with: tuple[str, ...] = ()  # members with which no move could pay (rehome)
-    trimmed_with: tuple[int, int] = (-1, -1)  # (group, `Group.version`) when it last looked at trims
-    pending: PhaseSpec | None = None  # queued, waiting for its turn or its nodes
-    handed_on: bool = False  # its running rollout already passed its nodes on (migration)
-
-    def solo_done_s(self) -> float:
-        """How long the iterations it completed take alone."""
-        p, k = self.trace.profile, self.iters_done
-        return float(np.sum(p.roll_s * self.roll_f[:k] + p.sync_s + p.train_s * self.train_f[:k]))
-
-
-@dataclass
-class _NodeRt:
-    node: Node
-    busy: bool = False
-    last: tuple[str, PhaseKind] | None = None
-
-
-def paid_alone(group: Group, job_id: str, spec: ClusterSpec) -> float | None:
-    """$/h of the nodes only `job_id` uses, if it is alone on its training nodes; else None.
-
-    Such a job pays for its dear nodes as if it ran solo, whether or not
-    it shares rollout nodes with others of its group: a move that costs
-    less than this is worth a cold start. A job alone in its group pays
-    the whole group.
-    """
-    if any(group.nodes[n].jobs != [job_id] for n in group.pinning[job_id].train_nodes):
-        return None
-    return group.own_cost_per_hour(job_id, spec)
 
 
 class ClusterSimulator:
@@ -113,6 +72,8 @@ class ClusterSimulator:
         # And those that re-place running jobs every so often (`replan.py`), or trim rollout nodes.
         self.replan_every_s = float(getattr(policy, "replan_every_h", 0.0)) * 3600.0
         self.trim_offer = getattr(policy, "trim_offer", None)
+        # And those that hold running jobs to their whole run's SLO (`mux/slack.py`).
+        self.bank_slack = bool(getattr(policy, "bank_slack", False))
         self.spec = spec
         self.policy = policy
         self.record_phases = record_phases
@@ -126,8 +87,8 @@ class ClusterSimulator:
     def run(self, trace_jobs: Sequence[TraceJob]) -> SimResult:
         self._book = GroupBook(self.spec)
         self._events = EventQueue()
-        self._nodes: dict[int, _NodeRt] = {}
-        self._jobs: dict[str, _JobRt] = {}
+        self._nodes: dict[int, NodeRuntime] = {}
+        self._jobs: dict[str, JobRuntime] = {}
         self._allocs: dict[int, Allocation] = {}
         self._done_allocs: list[Allocation] = []
         self._outcomes: list[JobOutcome] = []
@@ -220,12 +181,12 @@ class ClusterSimulator:
             self._changed.append(group.group_id)
         self._open(opened, now)
         roll_f, train_f = iteration_factors(job.seed, job.n_iters)
-        rt = _JobRt(job, roll_f, train_f, group.group_id, last_end=job.arrival_s)
+        rt = JobRuntime(job, roll_f, train_f, group.group_id, last_end=job.arrival_s)
         self._jobs[job.profile.job_id] = rt
         self._join(rt)
         self._enqueue(job.profile.job_id, None, now)
 
-    def _regroup(self, rt: _JobRt, now: float) -> None:
+    def _regroup(self, rt: JobRuntime, now: float) -> None:
         """Move a job to a group where it costs less (lone jobs; any job with `rehome`).
 
         RollMux places on arrival; jobs leave, and a member left alone on
@@ -249,7 +210,7 @@ class ClusterSimulator:
         fresh = set(self._changed[rt.tried_at :])
         every = own != rt.seen_with  # what it adds where it is changed: all groups
         rt.tried_at, rt.seen_with = len(self._changed), own
-        job = rt.trace.profile
+        job = group.members[rt.trace.profile.job_id]  # its SLO target (banked slack)
         groups = self._open_groups()
         t0 = wallclock.process_time()
         if rehome:
@@ -279,7 +240,7 @@ class ClusterSimulator:
         self._join(rt)
         self._moves += 1
 
-    def _trim(self, rt: _JobRt, now: float) -> None:
+    def _trim(self, rt: JobRuntime, now: float) -> None:
         """Move the job's rollouts to fewer or partners' nodes when that pays (`mux/trim.py`)."""
         seen = (rt.group_id, self._book.groups[rt.group_id].version)
         if self.trim_offer is None or rt.trimmed_with == seen:
@@ -295,6 +256,27 @@ class ClusterSimulator:
             self._turns.repin(job_id, was - set(keep), set(keep) - was)
             self._release(self._book.repin_rollout(job_id, keep), now)
             self._changed.append(rt.group_id)  # it has room for more now
+
+    def _bank(self, rt: JobRuntime, now: float) -> None:
+        """Re-target the job's SLO to the slowdown its whole run can still take (`mux/slack.py`).
+
+        Outcomes are judged on the SLO it was submitted with (`rt.trace`).
+        """
+        job = rt.trace.profile
+        headroom = float(getattr(self.policy, "headroom", 0.0))
+        target = remaining_slo(
+            job.slo,
+            job.planned_iter_s,
+            now - rt.trace.arrival_s,
+            rt.solo_done_s(),
+            rt.trace.n_iters - rt.iters_done,
+            headroom,
+        )
+        held = self._book.groups[rt.group_id].members[job.job_id].slo
+        if abs(target - held) > float(getattr(self.policy, "bank_step", 0.0)) * held:
+            self._book.retarget_slo(job.job_id, target)
+            if target > held:
+                self._changed.append(rt.group_id)  # it has room for more now
 
     def _phase_end(self, job_id: str, kind: PhaseKind, now: float) -> None:
         rt = self._jobs[job_id]
@@ -323,6 +305,8 @@ class ClusterSimulator:
         rt.last_end = now
         self._turns.iteration_done(job_id)
         if rt.iters_done < rt.trace.n_iters:
+            if self.bank_slack:
+                self._bank(rt, now)
             # Its nodes are idle: a move is safe now.
             target = self._replanner.take(job_id)
             if target is not None:
@@ -364,15 +348,15 @@ class ClusterSimulator:
         )
         self._replan_s += wallclock.process_time() - t0
 
-    def _move_keeps_slo(self, rt: _JobRt, now: float) -> bool:
+    def _move_keeps_slo(self, rt: JobRuntime, now: float) -> bool:
         headroom = float(getattr(self.policy, "headroom", 0.0))
         left = rt.trace.n_iters - rt.iters_done
         elapsed = now - rt.trace.arrival_s
         return move_keeps_slo(rt.trace.profile, elapsed, rt.solo_done_s(), left, self.spec, headroom)
 
-    def _move_to(self, rt: _JobRt, target: Target, now: float) -> None:
+    def _move_to(self, rt: JobRuntime, target: Target, now: float) -> None:
         """Move a job into its planned group (between its iterations), at a cold start per phase."""
-        job = rt.trace.profile
+        job = self._book.groups[rt.group_id].members[rt.trace.profile.job_id]
         placement, plan_nodes = self._replanner.placement(target, self._book.groups)
         if len(self._book.groups[rt.group_id].members) > 1:
             self._changed.append(rt.group_id)  # the group it leaves gains room
@@ -389,7 +373,7 @@ class ClusterSimulator:
         for node in opened:
             if self.spec.rollout_fifo and node.pool is Pool.ROLLOUT:
                 self._turns.fifo.add(node.node_id)
-            self._nodes[node.node_id] = _NodeRt(node)
+            self._nodes[node.node_id] = NodeRuntime(node)
             self._allocs[node.node_id] = Allocation(
                 node.node_id, node.pool.value, self.spec.price(node.pool), now
             )
@@ -404,7 +388,7 @@ class ClusterSimulator:
 
     # -- turns ----------------------------------------------------------------
 
-    def _join(self, rt: _JobRt, order: float | None = None) -> None:
+    def _join(self, rt: JobRuntime, order: float | None = None) -> None:
         job_id = rt.trace.profile.job_id
         group = self._book.groups[rt.group_id]
         pin = group.pinning[job_id]
@@ -487,7 +471,7 @@ class ClusterSimulator:
             self._events.push(held, EventType.RELEASE, ph.job_id, ph.kind)
         self._events.push(end, EventType.PHASE_END, ph.job_id, ph.kind)
 
-    def _outcome(self, rt: _JobRt) -> JobOutcome:
+    def _outcome(self, rt: JobRuntime) -> JobOutcome:
         p: JobProfile = rt.trace.profile
         return JobOutcome(
             p.job_id,

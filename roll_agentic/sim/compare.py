@@ -24,6 +24,7 @@ from roll_agentic.mux.profile import ClusterSpec, Pool
 from roll_agentic.sim.baselines import ColocatedPolicy, GreedyPolicy, RandomPolicy, SoloPolicy
 from roll_agentic.sim.cluster import ClusterSimulator
 from roll_agentic.sim.optimal import ReplayPolicy, plan_objective, solve
+from roll_agentic.sim.options import DEFAULT_OPTIONS, RollMuxOptions
 from roll_agentic.sim.sim_result import SimResult
 from roll_agentic.sim.trace import Trace, TraceJob, WorkloadSpec, check_fits, generate_trace
 
@@ -34,9 +35,7 @@ def make_policy(
     name: str,
     spec: ClusterSpec,
     seed: int = 0,
-    rehome: bool = False,
-    share_any: bool = False,
-    replan_every_h: float = 0.0,
+    options: RollMuxOptions = DEFAULT_OPTIONS,
 ) -> SchedulerPolicy:
     if name == "solo":
         return SoloPolicy(spec)
@@ -47,9 +46,7 @@ def make_policy(
     if name == "greedy":
         return GreedyPolicy(spec)
     if name == "rollmux":
-        return RollMuxPolicy(
-            spec, rehome=rehome, share_any=share_any, replan_every_h=replan_every_h
-        )
+        return options.policy(spec)
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
 
 
@@ -58,14 +55,12 @@ def run_policies(
     spec: ClusterSpec,
     names: tuple[str, ...] = POLICIES,
     record: bool = False,
-    rehome: bool = False,
-    share_any: bool = False,
-    replan_every_h: float = 0.0,
+    options: RollMuxOptions = DEFAULT_OPTIONS,
 ) -> dict[str, SimResult]:
     return {
         n: ClusterSimulator(
             spec,
-            make_policy(n, spec, trace.seed, rehome, share_any, replan_every_h),
+            make_policy(n, spec, trace.seed, options),
             record_phases=record,
         ).run(trace.jobs)
         for n in names
@@ -121,27 +116,19 @@ def compare(
     trace: Trace,
     spec: ClusterSpec | None = None,
     record: bool = False,
-    rehome: bool = False,
+    options: RollMuxOptions = DEFAULT_OPTIONS,
     migration: bool = True,
-    share_any: bool = False,
-    replan_every_h: float = 0.0,
     rollout_fifo: bool = False,
 ):
     spec = spec or ClusterSpec(migration=migration, rollout_fifo=rollout_fifo)
     check_fits(trace, spec)
-    results = run_policies(
-        trace, spec, record=record, rehome=rehome, share_any=share_any, replan_every_h=replan_every_h
-    )
+    results = run_policies(trace, spec, record=record, options=options)
     out = summarize(results, spec)
     out["migration"] = spec.migration
     out["rollout_fifo"] = spec.rollout_fifo
     out["rollout_shrink"] = spec.rollout_shrink
     out["cluster"] = cluster_summary(spec)
-    out["rollmux_options"] = {
-        "rehome": rehome,
-        "share_any": share_any,
-        "replan_every_h": replan_every_h,
-    }
+    out["rollmux_options"] = options.as_doc()
     out["jobs"] = len(trace.jobs)
     out["seed"] = trace.seed
     out["arrival"] = trace.workload.arrival
@@ -187,6 +174,7 @@ def optimality(
     rehome: bool = False,
     batch: bool = True,
     migration: bool = True,
+    bank_slack: bool = False,
     rollout_fifo: bool = False,
 ) -> dict:
     """RollMux versus the brute-force optimum on small static instances.
@@ -223,7 +211,9 @@ def optimality(
         budget = RollMuxPolicy.batch_budget if batch else 0
         rm = ClusterSimulator(
             spec,
-            RollMuxPolicy(spec, share_any=share_any, rehome=rehome, batch_budget=budget),
+            RollMuxPolicy(
+                spec, share_any=share_any, rehome=rehome, batch_budget=budget, bank_slack=bank_slack
+            ),
             horizon_s=horizon,
         ).run(jobs)
         book = GroupBook(spec)
@@ -282,6 +272,7 @@ def optimality(
         # A batch's plans run under both candidate sets (`mux/batch.py`).
         "rollmux_candidates": "share_any" if share_any else ("paper+share_any" if batch else "paper"),
         "rehome": rehome,
+        "bank_slack": bank_slack,
         "batch": batch,
         "migration": spec.migration,
         "rollout_shrink": spec.rollout_shrink,
@@ -295,10 +286,8 @@ def scale(
     n_jobs: int = 2000,
     seed: int = 0,
     spec: ClusterSpec | None = None,
-    rehome: bool = False,
+    options: RollMuxOptions = DEFAULT_OPTIONS,
     migration: bool = True,
-    share_any: bool = False,
-    replan_every_h: float = 0.0,
     rollout_fifo: bool = False,
 ) -> dict:
     """Scheduler CPU time to place every job of an `n_jobs` trace (RollMux), moves included."""
@@ -306,10 +295,7 @@ def scale(
     wl = WorkloadSpec(n_jobs=n_jobs, span_days=14.0 * n_jobs / 200)
     trace = generate_trace(seed, wl)
     t0 = time.perf_counter()
-    policy = RollMuxPolicy(
-        spec, rehome=rehome, share_any=share_any, replan_every_h=replan_every_h
-    )
-    result = ClusterSimulator(spec, policy).run(trace.jobs)
+    result = ClusterSimulator(spec, options.policy(spec)).run(trace.jobs)
     # Offering lone jobs a move between iterations, and re-planning, are
     # scheduler work too: the total counts all, and each part is shown.
     total = result.scheduler_time_s + result.regroup_time_s + result.replan_time_s

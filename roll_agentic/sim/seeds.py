@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from roll_agentic.mux.profile import ClusterSpec
+from roll_agentic.sim.options import DEFAULT_OPTIONS, RollMuxOptions
 
 MAX_SEEDS = 64  # a typo such as 0-1000 should not start hours of work
 
@@ -50,9 +51,7 @@ class SeedRun:
 
     jobs: int = 200
     arrival: str = "poisson"
-    rehome: bool = False
-    share_any: bool = False
-    replan_every_h: float = 0.0
+    options: RollMuxOptions = DEFAULT_OPTIONS
     # The cluster and its switches (migration and FIFO rollout nodes), as `sim compare` builds it.
     spec: ClusterSpec = field(default_factory=lambda: ClusterSpec(migration=True))
 
@@ -61,13 +60,7 @@ class SeedRun:
         from roll_agentic.sim.trace import WorkloadSpec, generate_trace
 
         trace = generate_trace(seed, WorkloadSpec(n_jobs=self.jobs, arrival=self.arrival))
-        doc, _ = compare(
-            trace,
-            spec=self.spec,
-            rehome=self.rehome,
-            share_any=self.share_any,
-            replan_every_h=self.replan_every_h,
-        )
+        doc, _ = compare(trace, spec=self.spec, options=self.options)
         return doc
 
 

@@ -5,6 +5,7 @@ import pytest
 from roll_agentic.mux.profile import ClusterSpec
 from roll_agentic.sim import cli
 from roll_agentic.sim.compare import compare
+from roll_agentic.sim.options import RollMuxOptions
 from roll_agentic.sim.seeds import MAX_SEEDS, SeedRun, compare_seeds, parse_seeds
 from roll_agentic.sim.trace import WorkloadSpec, generate_trace
 
@@ -34,14 +35,15 @@ def test_bad_seed_lists_are_refused_with_what_to_write(text, says):
 
 
 def test_every_seed_matches_its_own_comparison_and_workers_change_nothing():
-    run = SeedRun(jobs=10, share_any=True, spec=ClusterSpec(migration=True, rollout_fifo=True))
+    share = RollMuxOptions(share_any=True)
+    run = SeedRun(jobs=10, options=share, spec=ClusterSpec(migration=True, rollout_fifo=True))
     alone = compare_seeds([3, 1], run, workers=1)
     pooled = compare_seeds([3, 1], run, workers=2)
     assert alone == pooled
     assert [r["seed"] for r in alone["per_seed"]] == [3, 1]
     for row in alone["per_seed"]:
         doc, _ = compare(
-            generate_trace(row["seed"], WorkloadSpec(n_jobs=10)), rollout_fifo=True, share_any=True
+            generate_trace(row["seed"], WorkloadSpec(n_jobs=10)), rollout_fifo=True, options=share
         )
         assert row["cost_per_hour"] == doc["cost_per_hour"]
         assert row["slo_attainment"] == doc["slo_attainment"]

@@ -1,0 +1,58 @@
+"""What the simulator tracks per running job and per open node, between events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from roll_agentic.mux.group import Group, Node
+from roll_agentic.mux.profile import ClusterSpec, PhaseKind
+from roll_agentic.mux.round_robin import PhaseSpec
+from roll_agentic.sim.trace import TraceJob
+
+
+@dataclass
+class JobRuntime:
+    """A running job: its per-iteration length factors, where it is pinned, where it stands."""
+
+    trace: TraceJob
+    roll_f: np.ndarray
+    train_f: np.ndarray
+    group_id: int = -1
+    iters_done: int = 0
+    last_end: float = 0.0
+    cold: set[PhaseKind] = field(default_factory=set)  # phases whose state is not resident yet
+    tried_at: int = 0  # how many group changes it has already tried (regrouping)
+    seen_with: tuple[str, ...] = ()  # its group's members when it last tried
+    content_with: tuple[str, ...] = ()  # members with which no move could pay (rehome)
+    trimmed_with: tuple[int, int] = (-1, -1)  # (group, `Group.version`) when it last looked at trims
+    pending: PhaseSpec | None = None  # queued, waiting for its turn or its nodes
+    handed_on: bool = False  # its running rollout already passed its nodes on (migration)
+
+    def solo_done_s(self) -> float:
+        """How long the iterations it completed take alone."""
+        p, k = self.trace.profile, self.iters_done
+        return float(np.sum(p.roll_s * self.roll_f[:k] + p.sync_s + p.train_s * self.train_f[:k]))
+
+
+@dataclass
+class NodeRuntime:
+    """An open node: busy or not, and whose phase it ran last (switch costs)."""
+
+    node: Node
+    busy: bool = False
+    last: tuple[str, PhaseKind] | None = None
+
+
+def paid_alone(group: Group, job_id: str, spec: ClusterSpec) -> float | None:
+    """$/h of the nodes only `job_id` uses, if it is alone on its training nodes; else None.
+
+    Such a job pays for its dear nodes as if it ran solo, whether or not
+    it shares rollout nodes with others of its group: a move that costs
+    less than this is worth a cold start. A job alone in its group pays
+    the whole group.
+    """
+    if any(group.nodes[n].jobs != [job_id] for n in group.pinning[job_id].train_nodes):
+        return None
+    return group.own_cost_per_hour(job_id, spec)
