@@ -1,5 +1,7 @@
 """The group book: nodes open on placement and close with their last job."""
 
+from dataclasses import replace
+
 from roll_agentic.mux.candidates import new_group_placement
 from roll_agentic.mux.group import CandidateKind, GroupBook, Placement, is_saturated
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
@@ -46,3 +48,15 @@ def test_saturation_is_load_at_or_above_cycle():
     c = job(2, rho=0.5)
     book.apply(Placement(CandidateKind.PACK, group.group_id, **nodes), c)
     assert is_saturated(group, SPEC)  # three 500 s rollouts on one node > 1008 s cycle
+
+
+def test_a_new_slo_target_changes_the_member_profile_only_and_invalidates_views():
+    book = GroupBook(SPEC)
+    a = job(0)
+    group, _ = book.apply(new_group_placement(a, SPEC), a)
+    pins, nodes, version = dict(group.pinning), dict(group.nodes), group.version
+    profile = book.retarget_slo("j0", 1.8)
+    assert profile.slo == 1.8 and group.members["j0"] is profile
+    assert profile == replace(a, slo=1.8)
+    assert group.pinning == pins and group.nodes == nodes
+    assert group.version == version + 1  # cached views key on it

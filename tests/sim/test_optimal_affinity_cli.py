@@ -105,6 +105,10 @@ def test_cli_compare_json_last_line_and_plots(tmp_path, capsys):
     assert fifo["rollout_fifo"] is True and fifo["rollmux_options"]["share_any"] is True
     assert fifo["cost_per_hour"]["solo"] == doc["cost_per_hour"]["solo"]  # dedicated nodes: no queue
     assert fifo["slo_attainment"]["rollmux"] == 1.0
+    assert doc["rollmux_options"]["bank_slack"] is False
+    cli.main(["compare", "--trace", str(trace_file), "--bank-slack"])
+    table = capsys.readouterr().out.strip().splitlines()
+    assert table[-1].endswith("beyond the paper: --bank-slack")
 
 
 def test_cli_affinity_and_human_table(capsys):
