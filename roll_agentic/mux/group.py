@@ -81,6 +81,7 @@ class Group:
     members: dict[str, JobProfile] = field(default_factory=dict)
     pinning: dict[str, Pinning] = field(default_factory=dict)  # insertion order = RR order
     version: int = 0  # bumped on every change of members or pinning: cached views key on it
+    targets: int = 0  # bumped when a member's SLO target moves (`mux/slack.py`): views' budgets
 
     def node_ids(self, pool: Pool) -> list[int]:
         return [n.node_id for n in self.nodes.values() if n.pool is pool]
@@ -229,7 +230,7 @@ class GroupBook:
         group = self.groups[self.job_group[job_id]]
         profile = replace(group.members[job_id], slo=slo)
         group.members[job_id] = profile
-        group.version += 1  # views cache the group's SLO budget
+        group.targets += 1  # plans and loads stand; views refresh their SLO budget
         return profile
 
     def cost_per_hour(self) -> float:

@@ -41,6 +41,7 @@ class GroupView:
     train_room_gb: float
     rollout_room_gb: float
     version: int  # the group's `Group.version` it was built from
+    targets: int  # and its `Group.targets` (the SLO targets its `budget` was taken from)
     # What each member adds to the group's effective cost (`RollMuxPolicy.move_offer`).
     adds: dict[str, float] = field(default_factory=dict)
 
@@ -64,7 +65,7 @@ def view_of(group: Group, spec: ClusterSpec, rate: float | None = None) -> Group
 
     top = max(load.values())
     colocated = any(p.colocated for p in group.pinning.values())
-    budget = min(p.slo * p.planned_iter_s for p in group.members.values())
+    budget = slo_budget(group)
     if rate is None:
         periods = evaluate_on(plans, spec) if len(plans) > 1 else []
         rate = progress_rate(periods, list(group.members.values()), plans)
@@ -84,7 +85,13 @@ def view_of(group: Group, spec: ClusterSpec, rate: float | None = None) -> Group
         room(Pool.TRAIN),
         room(Pool.ROLLOUT),
         group.version,
+        group.targets,
     )
+
+
+def slo_budget(group: Group) -> float:
+    """The tightest member's SLO x its typical solo iteration: no meta-iteration may last longer."""
+    return min(p.slo * p.planned_iter_s for p in group.members.values())
 
 
 def effective_cost(view: GroupView, extra: float, gained: float) -> float:

@@ -52,7 +52,7 @@ from roll_agentic.mux.group import (
     GroupBook,
     Placement,
 )
-from roll_agentic.mux.group_view import GroupView, effective_cost, view_of
+from roll_agentic.mux.group_view import GroupView, effective_cost, slo_budget, view_of
 from roll_agentic.mux.policy import RoundRobinPhases
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseTimes, Pool
 from roll_agentic.mux.rehome import MoveOffer, Rehomer
@@ -227,6 +227,9 @@ class RollMuxPolicy(RoundRobinPhases):
             rate = known[1] if known is not None and known[0] == members else None
             view = self._views[group.group_id] = view_of(group, self.spec, rate)
             self._groups[group.group_id] = group
+        elif view.targets != group.targets:  # only SLO targets moved (banked slack)
+            view = replace(view, budget=slo_budget(group), targets=group.targets, adds=view.adds)
+            self._views[group.group_id] = view
         return view
 
     def _own_plan(self, job: JobProfile) -> tuple[Placement, list[tuple[int, PhaseTimes]]]:
