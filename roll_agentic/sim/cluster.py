@@ -47,6 +47,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from roll_agentic.mux.batch import ScratchIds
 from roll_agentic.mux.group import Group, GroupBook, Node, Placement
+from roll_agentic.mux.group_view import slo_budget
 from roll_agentic.mux.policy import SchedulerPolicy
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseKind, Pool
 from roll_agentic.mux.round_robin import PhaseSpec
@@ -272,11 +273,13 @@ class ClusterSimulator:
             rt.trace.n_iters - rt.iters_done,
             headroom,
         )
-        held = self._book.groups[rt.group_id].members[job.job_id].slo
+        group = self._book.groups[rt.group_id]
+        held = group.members[job.job_id].slo
         if abs(target - held) > float(getattr(self.policy, "bank_step", 0.0)) * held:
+            budget = slo_budget(group)
             self._book.retarget_slo(job.job_id, target)
-            if target > held:
-                self._changed.append(rt.group_id)  # it has room for more now
+            if slo_budget(group) > budget:
+                self._changed.append(rt.group_id)  # its tightest member eased: room for more
 
     def _phase_end(self, job_id: str, kind: PhaseKind, now: float) -> None:
         rt = self._jobs[job_id]
