@@ -379,6 +379,7 @@ class RollMuxPolicy(RoundRobinPhases):
             # for life and are offered moves at most iteration ends (on
             # 2,000 jobs, 38 % of all searches).
             return fallback, fallback_score
+        own_min = options[0][1].iter_s  # on its own node count: its shortest iteration
         ranked: list[_Ranked] = []
         for group in groups.values():
             if len(group.pinning) >= self.max_members:
@@ -387,11 +388,12 @@ class RollMuxPolicy(RoundRobinPhases):
             if view.colocated:
                 continue  # co-located members share no idle phase with anyone
             budget = min(view.budget / (1.0 + self.headroom), job_budget)
-            if self.screen and view.max_load > budget:
-                # Every candidate keeps or raises the busiest node's load,
-                # and the group's period is at least that: the screen below
-                # would reject each one. (Not the paper's saturation test: a
-                # group past its longest solo cycle still has room up to its
+            if self.screen and max(view.max_load, view.cycle, own_min) > budget:
+                # Every candidate keeps or raises the busiest node's load and
+                # the longest solo cycle, and the newcomer's own iteration is
+                # at least `own_min`: the screens in `_rank_candidates` would
+                # reject each one. (Not the paper's saturation test: a group
+                # past its longest solo cycle still has room up to its
                 # members' SLOs; skipping it cost 1-2 % on the traces.)
                 continue
             nodes = group.nodes
