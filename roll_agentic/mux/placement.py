@@ -186,11 +186,11 @@ class RollMuxPolicy(RoundRobinPhases):
     # that moves by `bank_step` of it. Not in the paper. Off by default for
     # its scheduler time: on the 200-job trace (seeds 0-4) it takes the mean
     # saving over solo from 1.622x to 1.648x (with every option beyond the
-    # paper, 1.79x to 1.83x), SLOs all met, but 2,000 jobs then take 1.7 s
-    # (0.75-0.80 s without): lone jobs are offered the groups whose tightest
-    # member's target eased, and new targets refresh views. A step of 0.05
-    # took 1.1 s for 1.637x (every option: 1.82x, seed 0 1.787x against
-    # 1.802x at 0.02).
+    # paper, 1.79x to 1.83x), SLOs all met, but 2,000 jobs then take about
+    # 1.4x the scheduler time (1.36-1.50 s against 0.98-1.06 s, alternated):
+    # lone jobs are offered the groups whose tightest member's target eased,
+    # and new targets refresh views. A step of 0.05 costs less for 1.637x
+    # (every option: 1.82x; seed 0 1.787x against 1.802x at 0.02).
     bank_slack: bool = False
     bank_step: float = 0.02
     name: str = "rollmux"
