@@ -58,7 +58,11 @@ def test_a_burst_of_fast_calls_runs_on_few_threads():
 
     ex, out = _run(main())
     assert out == [i * i for i in range(64)]
-    assert ex.threads_started <= 2  # a pool of a thread per call would have woken 64
+    # A thread preempted between two calls counts as running none, so calls
+    # still waiting then wake a helper: with four simulations busy on both
+    # cores beside it, 400 bursts started 1-4 threads (2 was the bound and
+    # failed once in CI-like load). A thread per call would be 64.
+    assert ex.threads_started <= 8
 
 
 def test_slow_calls_get_threads_of_their_own():
