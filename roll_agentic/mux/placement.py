@@ -234,7 +234,7 @@ class RollMuxPolicy(RoundRobinPhases):
             view = self._views[group.group_id] = view_of(group, self.spec, rate)
             self._groups[group.group_id] = group
         elif view.targets != group.targets:  # only SLO targets moved (banked slack)
-            view = replace(view, budget=slo_budget(group), targets=group.targets, adds=view.adds)
+            view = replace(view, budget=slo_budget(group), targets=group.targets)
             self._views[group.group_id] = view
         return view
 

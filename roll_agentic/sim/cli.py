@@ -195,9 +195,7 @@ def _optimality(args: argparse.Namespace) -> int:
         args.seed,
         spec=_spec(args),
         node_budget=args.budget,
-        share_any=args.share_any,
-        rehome=args.rehome,
-        bank_slack=args.bank_slack,
+        options=RollMuxOptions.from_args(args),
         batch=not args.one_by_one,
     )
     rows = [

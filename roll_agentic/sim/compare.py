@@ -170,11 +170,9 @@ def optimality(
     seed: int = 0,
     spec: ClusterSpec | None = None,
     node_budget: int = 10_000,
-    share_any: bool = False,
-    rehome: bool = False,
+    options: RollMuxOptions = DEFAULT_OPTIONS,
     batch: bool = True,
     migration: bool = True,
-    bank_slack: bool = False,
     rollout_fifo: bool = False,
 ) -> dict:
     """RollMux versus the brute-force optimum on small static instances.
@@ -185,7 +183,7 @@ def optimality(
     same round-robin SLO check with the same headroom, the same host-memory
     check) but not its heuristics (saturation pruning, the load and cycle
     screens, the three candidate kinds, arrival order): it is the optimum
-    of the placement problem, not of RollMux's search space. `share_any`
+    of the placement problem, not of RollMux's search space. `options.share_any`
     runs RollMux with candidates beyond the paper's three kinds. The jobs
     arrive together, so RollMux places them as a batch (`mux/batch.py`:
     it searches their order, and the order sets each group's round-robin
@@ -210,14 +208,10 @@ def optimality(
         horizon = 40.0 * max(j.profile.solo_iter_s for j in jobs)
         budget = RollMuxPolicy.batch_budget if batch else 0
         rm = ClusterSimulator(
-            spec,
-            RollMuxPolicy(
-                spec, share_any=share_any, rehome=rehome, batch_budget=budget, bank_slack=bank_slack
-            ),
-            horizon_s=horizon,
+            spec, options.policy(spec, batch_budget=budget), horizon_s=horizon
         ).run(jobs)
         book = GroupBook(spec)
-        planner = RollMuxPolicy(spec, share_any=share_any, batch_budget=budget)
+        planner = RollMuxPolicy(spec, share_any=options.share_any, batch_budget=budget)
         apply_batch(book, planner.place_batch(book.groups, [j.profile for j in jobs]))
         # RollMux's own plan bounds the search from above: only better counts.
         rm_plan = plan_objective(book, spec)
@@ -270,9 +264,11 @@ def optimality(
         "search_complete": complete,  # False: some optimum is only the best found
         "search_budget": node_budget,
         # A batch's plans run under both candidate sets (`mux/batch.py`).
-        "rollmux_candidates": "share_any" if share_any else ("paper+share_any" if batch else "paper"),
-        "rehome": rehome,
-        "bank_slack": bank_slack,
+        "rollmux_candidates": "share_any"
+        if options.share_any
+        else ("paper+share_any" if batch else "paper"),
+        "rehome": options.rehome,
+        "bank_slack": options.bank_slack,
         "batch": batch,
         "migration": spec.migration,
         "rollout_shrink": spec.rollout_shrink,
