@@ -129,6 +129,30 @@ def test_a_job_left_alone_moves_into_a_group_with_room_and_it_pays_off():
     assert move.slo_attainment == 1.0
 
 
+def test_a_lone_job_stays_when_its_slo_cannot_absorb_the_move():
+    # C has 4 iterations and a 6 % SLO. When B leaves, A and C are each
+    # alone and either could move beside the other. C's last iteration
+    # could not absorb a move's cold starts and its wait for a turn
+    # (`replan.move_keeps_slo`; it ran 7 % slow when it moved), so A moves.
+    typical = {"roll_typical": 0.85, "train_typical": 0.925}  # as traces profile them
+    a, b, c = (replace(j, profile=replace(j.profile, **typical)) for j in _lone_partners())
+    c = replace(c, arrival_s=900.0, n_iters=4, profile=replace(c.profile, slo=1.06))
+    moved = []
+    sim = ClusterSimulator(SPEC, RollMuxPolicy(SPEC))
+    regroup = sim._regroup
+
+    def watched(rt, now):
+        before = rt.group_id
+        regroup(rt, now)
+        if rt.group_id != before:
+            moved.append(rt.trace.profile.job_id)
+
+    sim._regroup = watched
+    r = sim.run([a, b, c])
+    assert moved == ["j0"]
+    assert r.slo_attainment == 1.0
+
+
 def test_a_move_pays_a_cold_start_on_each_phase_at_its_new_nodes():
     jobs = _lone_partners()
     cheap = ClusterSimulator(SPEC, RollMuxPolicy(SPEC, regroup=True)).run(jobs)
