@@ -21,11 +21,24 @@ Why a recursion is exact here:
   t (it waits for that rollout or for a training that did), so the next
   rollouts it queues never precede one already taken: the heap order is
   the queue order.
+
+A run stops once it repeats itself (`stop_on_repeat`, as `repeat_watch`
+does for turns on every node): its state when member 0's rollout leaves
+the queue is the previous one shifted in time, so every later iteration
+is too. Its period is then exact, where a fixed-length run reads a mean
+over its second half, which may still hold the settling of the start or
+the end of the run (a member whose partners have finished queues behind
+no one): on 3,000 random groups the two disagreed in 15, by up to 3.3 %,
+the fixed-length run too fast each time. Groups that share rollout nodes
+but no training node keep paces of their own and need not repeat; they
+run to the fixed length.
 """
 
 from __future__ import annotations
 
 import heapq
+
+from roll_agentic.mux.repeat_watch import SHIFT_TOLERANCE_S
 
 
 def fifo_train_ends(
@@ -38,12 +51,19 @@ def fifo_train_ends(
     n_nodes: int,
     meta_iterations: int,
     switch_s: float,
-) -> list[list[float]]:
-    """End of each member's training phase, iteration by iteration.
+    stop_on_repeat: bool = False,
+) -> tuple[list[list[float]], float | None]:
+    """End of each member's training phase, iteration by iteration, and the
+    common period if the run repeated itself (`stop_on_repeat`; else None).
 
     Nodes are numbered 0..n_nodes-1, rollout and training nodes disjoint;
     members join at t = 0 in list order. Phase ids for warm-switch
-    accounting: 2*j (rollout of member j), 2*j+1 (its training).
+    accounting: 2*j (rollout of member j), 2*j+1 (its training). With
+    `stop_on_repeat` the run ends as soon as its state, taken each time
+    member 0's rollout is taken from the queue, is the previous one shifted
+    in time (`_state`): every later iteration of every member is then a
+    copy shifted by the same period, which is returned (the ends are those
+    computed so far).
     """
     n = len(roll_nodes)
     free = [0.0] * n_nodes  # rollout node: its last hold's end; training node: last train's end
@@ -101,8 +121,14 @@ def fifo_train_ends(
             seq += 1
             heapq.heappush(heap, (end + sync_s[j], seq, j))
 
+    seen: tuple[float, _State] | None = None
     while heap:
         ready, _, j = heapq.heappop(heap)
+        if stop_on_repeat and j == 0:
+            now = _state(ready, heap, free, last, waiting, roll_end, trains_done)
+            if seen is not None and _repeats(now, seen[1]):
+                return ends, ready - seen[0]
+            seen = (ready, now)
         roll_end[j] = occupy(roll_nodes[j], ready, 2 * j, hold_s[j]) + roll_s[j]
         if not can_train(j):
             waiting[j] = True
@@ -116,7 +142,60 @@ def fifo_train_ends(
                 waiting[k] = False
                 train(k)
                 stack.extend(succs[k])
-    return ends
+    return ends, None
+
+
+# A run's state relative to a moment (`_state`): queued rollouts (time, member),
+# node free times, nodes' last phases, parked trainings' rollout ends, trainings ahead.
+_State = tuple[list[tuple[float, int]], list[float], list[int], list[float | None], list[int]]
+
+
+def _state(
+    t: float,
+    heap: list[tuple[float, int, int]],
+    free: list[float],
+    last: list[int],
+    waiting: list[bool],
+    roll_end: list[float],
+    trains_done: list[int],
+) -> _State:
+    """Everything the rest of the run depends on, relative to time `t`.
+
+    Queued rollouts in queue order, when each node is free, which phase it
+    ran last, each parked training's rollout end, and how many trainings
+    each member is ahead of member 0 (the turn rule compares counts). No
+    phase computed from here on is ready before `floor` (a queued rollout
+    is ready at `t` or later, a parked training when its rollout ended), so
+    a node free before then counts as free at `floor`.
+    """
+    parked = [roll_end[k] for k, w in enumerate(waiting) if w]
+    floor = min([t, *parked])
+    return (
+        [(q - t, k) for q, _, k in sorted(heap)],
+        [(f if f > floor else floor) - t for f in free],
+        last[:],
+        [roll_end[k] - t if w else None for k, w in enumerate(waiting)],
+        [d - trains_done[0] for d in trains_done],
+    )
+
+
+def _repeats(now: _State, before: _State) -> bool:
+    """Equal states, times within `SHIFT_TOLERANCE_S` (the rule `repeat_watch` uses)."""
+    queue, free, last, parked, ahead = now
+    queue0, free0, last0, parked0, ahead0 = before
+    if last != last0 or ahead != ahead0 or len(queue) != len(queue0):
+        return False
+    if any(
+        k != k0 or abs(q - q0) > SHIFT_TOLERANCE_S
+        for (q, k), (q0, k0) in zip(queue, queue0, strict=True)
+    ):
+        return False
+    if any(abs(f - f0) > SHIFT_TOLERANCE_S for f, f0 in zip(free, free0, strict=True)):
+        return False
+    for p, p0 in zip(parked, parked0, strict=True):
+        if (p is None) != (p0 is None) or (p is not None and abs(p - p0) > SHIFT_TOLERANCE_S):
+            return False
+    return True
 
 
 def with_queueing(

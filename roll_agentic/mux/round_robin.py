@@ -178,7 +178,7 @@ def evaluate_round_robin(
         return _evaluate_by_events(members, meta_iterations, switch_s, fifo_rollout)
     n_nodes = len(index)
     if fifo_rollout:
-        ends = fifo_train_ends(
+        ends, period = fifo_train_ends(
             roll_nodes,
             train_nodes,
             [m.times.roll_s for m in members],
@@ -188,7 +188,10 @@ def evaluate_round_robin(
             n_nodes,
             meta_iterations,
             switch_s,
+            stop_on_repeat=True,
         )
+        if period is not None:
+            return _fifo_periods([period] * len(members), members)
         return _fifo_periods([_steady_period(e) for e in ends], members)
     free = [0.0] * n_nodes  # when each node's previous phase ends
     last = [-1] * n_nodes  # its previous phase: 2 * member (+1 for training)

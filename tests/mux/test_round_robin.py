@@ -6,6 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from roll_agentic.mux import fifo_rollout
+from roll_agentic.mux.fifo_rollout import fifo_train_ends
 from roll_agentic.mux.group import Pinning
 from roll_agentic.mux.profile import JobProfile, PhaseKind, PhaseTimes
 from roll_agentic.mux.round_robin import (
@@ -215,9 +217,36 @@ def fifo_groups(draw):
 def test_fifo_recursion_agrees_with_the_event_run(members, switch_s):
     # `fifo_rollout.fifo_train_ends` computes the schedule without events,
     # for speed inside every SLO check; the event run is the reference.
-    fast = evaluate_round_robin(members, switch_s=switch_s, fifo_rollout=True)
+    # Both run the fixed length here (the recursion may stop sooner, below).
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(fifo_rollout, "_repeats", lambda now, before: False)
+        fast = evaluate_round_robin(members, switch_s=switch_s, fifo_rollout=True)
     slow = _evaluate_by_events(members, 6 + 3 * len(members), switch_s, fifo_rollout=True)
     assert fast == pytest.approx(slow, rel=1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fifo_groups(), st.sampled_from([0.0, 1.9]))
+def test_a_fifo_run_that_repeats_itself_stops_with_the_period_it_keeps(members, switch_s):
+    index: dict[int, int] = {}
+    roll = [[index.setdefault(n, len(index)) for n in m.rollout_nodes] for m in members]
+    train = [[index.setdefault(n, len(index)) for n in m.train_nodes] for m in members]
+    times = [
+        [m.times.roll_s for m in members],
+        [m.times.roll_node_s for m in members],
+        [m.times.train_s for m in members],
+        [m.times.sync_s for m in members],
+    ]
+    n = len(members)
+    _, period = fifo_train_ends(roll, train, *times, len(index), 6 + 3 * n, switch_s, True)
+    if period is None:
+        return  # no repeat within the fixed length: the run reads its second half
+    # A long run: past the point where the short one stopped and before its
+    # own end, every member's every iteration takes exactly that period.
+    ends, _ = fifo_train_ends(roll, train, *times, len(index), 80, switch_s)
+    for e in ends:
+        steps = [b - a for a, b in zip(e[30:60], e[31:61], strict=True)]
+        assert steps == pytest.approx([period] * 30, rel=1e-9)
 
 
 def test_a_lone_job_runs_at_solo_speed_on_its_own_nodes_and_slower_on_fewer():
