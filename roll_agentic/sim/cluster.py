@@ -75,6 +75,8 @@ class ClusterSimulator:
         self.trim_offer = getattr(policy, "trim_offer", None)
         # And those that hold running jobs to their whole run's SLO (`mux/slack.py`).
         self.bank_slack = bool(getattr(policy, "bank_slack", False))
+        # The share of an SLO the policy keeps back; moves and banked targets keep it too.
+        self.headroom = float(getattr(policy, "headroom", 0.0))
         self.spec = spec
         self.policy = policy
         self.record_phases = record_phases
@@ -268,14 +270,13 @@ class ClusterSimulator:
         Outcomes are judged on the SLO it was submitted with (`rt.trace`).
         """
         job = rt.trace.profile
-        headroom = float(getattr(self.policy, "headroom", 0.0))
         target = remaining_slo(
             job.slo,
             job.planned_iter_s,
             now - rt.trace.arrival_s,
             rt.solo_done_s(),
             rt.trace.n_iters - rt.iters_done,
-            headroom,
+            self.headroom,
         )
         group = self._book.groups[rt.group_id]
         held = group.members[job.job_id].slo
@@ -346,22 +347,21 @@ class ClusterSimulator:
     def _replan(self) -> None:
         t0 = wallclock.process_time()
         home = {j: rt.group_id for j, rt in self._jobs.items()}
-        headroom = float(getattr(self.policy, "headroom", 0.0))
         policy = self.policy  # RollMux: the only policy that re-plans
         place_batch = functools.partial(
             policy.place_batch,  # type: ignore[attr-defined]
             budget=policy.replan_budget,  # type: ignore[attr-defined]
         )
         self._replanner.plan(
-            self._book.groups, home, place_batch, self.spec, headroom, self._turns.joins
+            self._book.groups, home, place_batch, self.spec, self.headroom, self._turns.joins
         )
         self._replan_s += wallclock.process_time() - t0
 
     def _move_keeps_slo(self, rt: JobRuntime, now: float) -> bool:
-        headroom = float(getattr(self.policy, "headroom", 0.0))
         left = rt.trace.n_iters - rt.iters_done
         elapsed = now - rt.trace.arrival_s
-        return move_keeps_slo(rt.trace.profile, elapsed, rt.solo_done_s(), left, self.spec, headroom)
+        done = rt.solo_done_s()
+        return move_keeps_slo(rt.trace.profile, elapsed, done, left, self.spec, self.headroom)
 
     def _move_to(self, rt: JobRuntime, target: Target, now: float) -> None:
         """Move a job into its planned group (between its iterations), at a cold start per phase."""

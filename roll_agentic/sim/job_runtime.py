@@ -29,11 +29,18 @@ class JobRuntime:
     trimmed_with: tuple[int, int] = (-1, -1)  # (group, `Group.version`) when it last looked at trims
     pending: PhaseSpec | None = None  # queued, waiting for its turn or its nodes
     handed_on: bool = False  # its running rollout already passed its nodes on (migration)
+    # Solo seconds of its first k iterations, at [k]: read at every iteration
+    # end (SLO checks of moves, banked slack), so summed once.
+    _solo_upto: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        p = self.trace.profile
+        solo = p.roll_s * self.roll_f + p.sync_s + p.train_s * self.train_f
+        self._solo_upto = np.concatenate(([0.0], np.cumsum(solo)))
 
     def solo_done_s(self) -> float:
         """How long the iterations it completed take alone."""
-        p, k = self.trace.profile, self.iters_done
-        return float(np.sum(p.roll_s * self.roll_f[:k] + p.sync_s + p.train_s * self.train_f[:k]))
+        return float(self._solo_upto[self.iters_done])
 
 
 @dataclass
