@@ -19,6 +19,7 @@ from roll_agentic.mux.round_robin import (
     lone_slo_ok,
     progress_rate,
     round_robin_next,
+    slo_periods_ok,
 )
 
 
@@ -259,3 +260,14 @@ def test_a_lone_job_runs_at_solo_speed_on_its_own_nodes_and_slower_on_fewer():
     assert lone_slo_ok(own, job, 0.05)  # the reference itself, whatever the headroom
     assert not lone_slo_ok(halved, job, 0.05)  # 1.59x its iteration, SLO 1.5
     assert lone_slo_ok(halved, JobProfile(**{**job.__dict__, "slo": 1.7}), 0.05)
+
+
+def test_a_group_beyond_five_members_keeps_more_headroom():
+    # Varying lengths stretch a big group's turns beyond its plan: a sixth
+    # member adds 1 % to the 5 % kept back, for every member.
+    job = JobProfile("j", "x", "small", 1, 1, 500.0, 500.0, 10.0, 2.0, 112.0, 14.0, 1.2)
+    solo = job.planned_iter_s
+    fits_five = solo * 1.2 / 1.055  # inside 5 % headroom, not 6 %
+    assert slo_periods_ok([fits_five] * 5, [job] * 5, 0.05)
+    assert not slo_periods_ok([fits_five] * 6, [job] * 6, 0.05)
+    assert slo_periods_ok([solo * 1.2 / 1.061] * 6, [job] * 6, 0.05)
