@@ -31,36 +31,35 @@ What it models (and what it does not):
   cloud always has another node.
 - A policy with `regroup` set may move a job left alone in its group to
   another group between two iterations; the move pays a cold start on
-  each of its first phases there (`_regroup`); RollMux may also trim its rollout nodes
-  (`_trim`). One with `replan_every_h` re-places its least-saving groups' jobs the same way.
+  each of its first phases there; RollMux may also trim its rollout nodes.
+  One with `replan_every_h` re-places its least-saving groups' jobs the same way.
   One with `bank_slack` has each job's SLO target re-set at its iteration
-  ends to what its whole run can still take (`_bank`, `mux/slack.py`).
+  ends to what its whole run can still take (`mux/slack.py`). These
+  between-iteration changes are in `moves.py`.
 - Not modelled: node failures, network contention between jobs' syncs, partial-node
   allocations, the cold load of a job's very first phase (identical across policies).
 """
 
 from __future__ import annotations
 
-import functools
 import time as wallclock
 from collections.abc import Iterable, Mapping, Sequence
 
 from roll_agentic.mux.batch import ScratchIds
 from roll_agentic.mux.group import Group, GroupBook, Node, Placement
-from roll_agentic.mux.group_view import slo_budget
 from roll_agentic.mux.policy import SchedulerPolicy
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseKind, Pool
 from roll_agentic.mux.round_robin import PhaseSpec
-from roll_agentic.mux.slack import remaining_slo
 from roll_agentic.sim.events import EventQueue, EventType
-from roll_agentic.sim.job_runtime import JobRuntime, NodeRuntime, paid_alone
-from roll_agentic.sim.replan import Replanner, Target, move_keeps_slo
+from roll_agentic.sim.job_runtime import JobRuntime, NodeRuntime
+from roll_agentic.sim.moves import JobMoves
+from roll_agentic.sim.replan import Replanner
 from roll_agentic.sim.sim_result import Allocation, JobOutcome, PhaseRecord, SimResult
 from roll_agentic.sim.trace import TraceJob, iteration_factors
 from roll_agentic.sim.turns import NodeTurns
 
 
-class ClusterSimulator:
+class ClusterSimulator(JobMoves):
     def __init__(
         self,
         spec: ClusterSpec,
@@ -189,103 +188,6 @@ class ClusterSimulator:
         self._join(rt)
         self._enqueue(job.profile.job_id, None, now)
 
-    def _regroup(self, rt: JobRuntime, now: float) -> None:
-        """Move a job to a group where it costs less (lone jobs; any job with `rehome`).
-
-        RollMux places on arrival; jobs leave, and a member left alone on
-        its training nodes keeps paying for them (and for any rollout node
-        only it uses) as if it ran solo (or, with `rehome`, any member may
-        have become its group's worst fit). Between two iterations (its
-        nodes hold none of its phases) such a job is offered to the groups,
-        with the same policy checks as an arrival, once groups opened or
-        lost a member since it last looked. A move costs one cold start
-        per phase on the new nodes (its state is not resident there yet),
-        so the caller offers none that the job's SLO could not absorb
-        (`replan.move_keeps_slo`; before, only re-plans' moves were held
-        to it, and a 1.063-SLO job that moved with 35 iterations left on
-        `sim scale --share-any` ended 0.3 % past its SLO).
-        """
-        group = self._book.groups[rt.group_id]
-        alone_on = paid_alone(group, rt.trace.profile.job_id, self.spec)
-        lone = alone_on is not None
-        rehome = bool(getattr(self.policy, "rehome", False))
-        own = tuple(group.pinning)
-        if not (lone or rehome) or own == rt.content_with:
-            return  # content: nothing pays for a move until its group changes
-        if rt.tried_at == len(self._changed) and own == rt.seen_with:
-            return
-        fresh = set(self._changed[rt.tried_at :])
-        every = own != rt.seen_with  # what it adds where it is changed: all groups
-        rt.tried_at, rt.seen_with = len(self._changed), own
-        job = group.members[rt.trace.profile.job_id]  # its SLO target (banked slack)
-        groups = self._open_groups()
-        t0 = wallclock.process_time()
-        if rehome:
-            offered = groups if every else {g: groups[g] for g in fresh if g in groups}
-            offer = self.policy.move_offer(offered, group, job.job_id)
-            placement = offer.placement
-            if offer.content:
-                rt.content_with = own
-        else:  # the cheapest pinning in a group that changed, if cheaper than its own
-            assert alone_on is not None  # without rehome only such jobs get here
-            fresh_groups = {g: groups[g] for g in fresh if g in groups and g != rt.group_id}
-            placement = self.policy.place(fresh_groups, job) if fresh_groups else None
-            if placement is not None and (
-                placement.group_id is None or placement.extra_cost_per_hour >= alone_on
-            ):
-                placement = None
-        self._regroup_s += wallclock.process_time() - t0
-        if placement is None:
-            return
-        if len(group.members) > 1:
-            self._changed.append(rt.group_id)  # the group it leaves gains room
-        self._leave(job.job_id, now)
-        group, opened = self._book.apply(placement, job)
-        self._open(opened, now)
-        rt.group_id = group.group_id
-        rt.cold = {PhaseKind.ROLLOUT, PhaseKind.TRAIN}
-        self._join(rt)
-        self._moves += 1
-
-    def _trim(self, rt: JobRuntime, now: float) -> None:
-        """Move the job's rollouts to fewer or partners' nodes when that pays (`mux/trim.py`)."""
-        seen = (rt.group_id, self._book.groups[rt.group_id].version)
-        if self.trim_offer is None or rt.trimmed_with == seen:
-            return
-        rt.trimmed_with, job_id = seen, rt.trace.profile.job_id
-        t0 = wallclock.process_time()
-        keep = self.trim_offer(self._book.groups[rt.group_id], job_id)
-        self._regroup_s += wallclock.process_time() - t0
-        if keep:
-            was = set(self._book.groups[rt.group_id].pinning[job_id].rollout_nodes)
-            if set(keep) - was:  # its last sync went to its old nodes: load them cold
-                rt.cold.add(PhaseKind.ROLLOUT)
-            self._turns.repin(job_id, was - set(keep), set(keep) - was)
-            self._release(self._book.repin_rollout(job_id, keep), now)
-            self._changed.append(rt.group_id)  # it has room for more now
-
-    def _bank(self, rt: JobRuntime, now: float) -> None:
-        """Re-target the job's SLO to the slowdown its whole run can still take (`mux/slack.py`).
-
-        Outcomes are judged on the SLO it was submitted with (`rt.trace`).
-        """
-        job = rt.trace.profile
-        target = remaining_slo(
-            job.slo,
-            job.planned_iter_s,
-            now - rt.trace.arrival_s,
-            rt.solo_done_s(),
-            rt.trace.n_iters - rt.iters_done,
-            self.headroom,
-        )
-        group = self._book.groups[rt.group_id]
-        held = group.members[job.job_id].slo
-        if abs(target - held) > float(getattr(self.policy, "bank_step", 0.0)) * held:
-            budget = slo_budget(group)
-            self._book.retarget_slo(job.job_id, target)
-            if slo_budget(group) > budget:
-                self._changed.append(rt.group_id)  # its tightest member eased: room for more
-
     def _phase_end(self, job_id: str, kind: PhaseKind, now: float) -> None:
         rt = self._jobs[job_id]
         if kind is PhaseKind.ROLLOUT and rt.handed_on:  # its nodes serve another job now
@@ -334,49 +236,6 @@ class ClusterSimulator:
         self._leave(job_id, now)
         del self._jobs[job_id]
         self._changed.append(rt.group_id)
-
-    # -- re-planning (`replan.py`) ---------------------------------------------
-
-    def _open_groups(self) -> Mapping[int, Group]:
-        """Groups that may take a job: not those a re-plan is still filling."""
-        forming = self._replanner.forming()
-        if not forming:
-            return self._book.groups
-        return {g: grp for g, grp in self._book.groups.items() if g not in forming}
-
-    def _replan(self) -> None:
-        t0 = wallclock.process_time()
-        home = {j: rt.group_id for j, rt in self._jobs.items()}
-        policy = self.policy  # RollMux: the only policy that re-plans
-        place_batch = functools.partial(
-            policy.place_batch,  # type: ignore[attr-defined]
-            budget=policy.replan_budget,  # type: ignore[attr-defined]
-        )
-        self._replanner.plan(
-            self._book.groups, home, place_batch, self.spec, self.headroom, self._turns.joins
-        )
-        self._replan_s += wallclock.process_time() - t0
-
-    def _move_keeps_slo(self, rt: JobRuntime, now: float) -> bool:
-        left = rt.trace.n_iters - rt.iters_done
-        elapsed = now - rt.trace.arrival_s
-        done = rt.solo_done_s()
-        return move_keeps_slo(rt.trace.profile, elapsed, done, left, self.spec, self.headroom)
-
-    def _move_to(self, rt: JobRuntime, target: Target, now: float) -> None:
-        """Move a job into its planned group (between its iterations), at a cold start per phase."""
-        job = self._book.groups[rt.group_id].members[rt.trace.profile.job_id]
-        placement, plan_nodes = self._replanner.placement(target, self._book.groups)
-        if len(self._book.groups[rt.group_id].members) > 1:
-            self._changed.append(rt.group_id)  # the group it leaves gains room
-        self._leave(job.job_id, now)
-        group, opened = self._book.apply(placement, job)
-        self._replanner.moved(job.job_id, target, group, plan_nodes, [n.node_id for n in opened])
-        self._open(opened, now)
-        rt.group_id = group.group_id
-        rt.cold = {PhaseKind.ROLLOUT, PhaseKind.TRAIN}
-        self._join(rt, target.order)
-        self._moves += 1
 
     def _open(self, opened: list[Node], now: float) -> None:
         for node in opened:
