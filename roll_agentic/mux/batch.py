@@ -33,13 +33,8 @@ import numpy as np
 
 from roll_agentic.mux.group import Group, GroupBook, Node, Placement
 from roll_agentic.mux.profile import ClusterSpec, JobProfile
-from roll_agentic.mux.round_robin import (
-    evaluate_on,
-    lone_slo_ok,
-    members_of,
-    progress_rate,
-    slo_periods_ok,
-)
+from roll_agentic.mux.round_robin import evaluate_on, members_of
+from roll_agentic.mux.slo_check import lone_slo_ok, progress_rate, slo_periods_ok
 
 
 def signature(group: Group) -> tuple:

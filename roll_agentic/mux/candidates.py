@@ -13,13 +13,8 @@ from collections.abc import Mapping
 
 from roll_agentic.mux.group import CandidateKind, Group, Placement
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseTimes, Pool, phase_times, planned
-from roll_agentic.mux.round_robin import (
-    MemberPlan,
-    evaluate_on,
-    lone_slo_ok,
-    members_of,
-    slo_periods_ok,
-)
+from roll_agentic.mux.round_robin import MemberPlan, evaluate_on, members_of
+from roll_agentic.mux.slo_check import lone_slo_ok, slo_periods_ok
 
 
 def new_group_placement(job: JobProfile, spec: ClusterSpec, n_rollout: int | None = None) -> Placement:

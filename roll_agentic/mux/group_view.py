@@ -12,12 +12,8 @@ from dataclasses import dataclass, field
 
 from roll_agentic.mux.group import Group
 from roll_agentic.mux.profile import ClusterSpec, Pool
-from roll_agentic.mux.round_robin import (
-    MemberPlan,
-    evaluate_on,
-    members_of,
-    progress_rate,
-)
+from roll_agentic.mux.round_robin import MemberPlan, evaluate_on, members_of
+from roll_agentic.mux.slo_check import progress_rate
 
 
 @dataclass(frozen=True)

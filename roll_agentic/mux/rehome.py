@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 from roll_agentic.mux.group import Group, Placement
 from roll_agentic.mux.group_view import GroupView
 from roll_agentic.mux.profile import ClusterSpec
-from roll_agentic.mux.round_robin import evaluate_on, progress_rate
+from roll_agentic.mux.round_robin import evaluate_on
+from roll_agentic.mux.slo_check import progress_rate
 
 if TYPE_CHECKING:
     from roll_agentic.mux.placement import RollMuxPolicy

@@ -24,13 +24,8 @@ from __future__ import annotations
 from roll_agentic.mux.group import Group
 from roll_agentic.mux.group_view import GroupView
 from roll_agentic.mux.profile import ClusterSpec, PhaseTimes, Pool
-from roll_agentic.mux.round_robin import (
-    MemberPlan,
-    evaluate_on,
-    lone_slo_ok,
-    progress_rate,
-    slo_periods_ok,
-)
+from roll_agentic.mux.round_robin import MemberPlan, evaluate_on
+from roll_agentic.mux.slo_check import lone_slo_ok, progress_rate, slo_periods_ok
 
 
 def own_rollout_nodes(group: Group, job_id: str) -> list[int]:

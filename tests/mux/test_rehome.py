@@ -8,7 +8,8 @@ from roll_agentic.mux.group_view import view_of
 from roll_agentic.mux.placement import RollMuxPolicy
 from roll_agentic.mux.profile import ClusterSpec, Pool
 from roll_agentic.mux.rehome import member_adds
-from roll_agentic.mux.round_robin import evaluate_round_robin, progress_rate
+from roll_agentic.mux.round_robin import evaluate_round_robin
+from roll_agentic.mux.slo_check import progress_rate
 from roll_agentic.sim.cluster import ClusterSimulator
 from roll_agentic.sim.compare import _instance
 

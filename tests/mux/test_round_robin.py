@@ -15,12 +15,9 @@ from roll_agentic.mux.round_robin import (
     _evaluate_by_events,
     evaluate_round_robin,
     evaluate_static_order,
-    lone_rate,
-    lone_slo_ok,
-    progress_rate,
     round_robin_next,
-    slo_periods_ok,
 )
+from roll_agentic.mux.slo_check import lone_rate, lone_slo_ok, progress_rate, slo_periods_ok
 
 
 @st.composite
