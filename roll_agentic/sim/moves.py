@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import time as wallclock
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from roll_agentic.mux.group import Group, GroupBook, Node
 from roll_agentic.mux.group_view import slo_budget
@@ -33,7 +33,7 @@ class JobMoves:
     spec: ClusterSpec
     policy: SchedulerPolicy
     headroom: float
-    trim_offer: object
+    trim_offer: Callable[[Group, str], tuple[int, ...]] | None  # the policy's, if it trims
     _book: GroupBook
     _jobs: dict[str, JobRuntime]
     _turns: NodeTurns
