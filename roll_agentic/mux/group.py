@@ -134,6 +134,10 @@ class GroupBook:
         self.job_group: dict[str, int] = {}
         self._next_group = 0
         self._next_node = 0
+        # With a set here: the groups whose members or pinning changed since
+        # the caller last cleared it (the simulator screens their members
+        # for moves). None: not kept.
+        self.touched: set[int] | None = None
 
     @classmethod
     def scratch(cls, groups: Mapping[int, Group], spec: ClusterSpec) -> GroupBook:
@@ -178,6 +182,8 @@ class GroupBook:
         group.members[job.job_id] = job
         group.pinning[job.job_id] = pin
         group.version += 1
+        if self.touched is not None:
+            self.touched.add(group.group_id)
         self.job_group[job.job_id] = group.group_id
         return group, opened
 
@@ -187,6 +193,8 @@ class GroupBook:
         job = group.members.pop(job_id)
         pin = group.pinning.pop(job_id)
         group.version += 1
+        if self.touched is not None:
+            self.touched.add(group.group_id)
         released: list[Node] = []
         for nid in set(pin.rollout_nodes) | set(pin.train_nodes):
             node = group.nodes[nid]
@@ -223,6 +231,8 @@ class GroupBook:
                 released.append(group.nodes.pop(nid))
         group.pinning[job_id] = Pinning(rollout_nodes, pin.train_nodes)  # same key: same turn order
         group.version += 1
+        if self.touched is not None:
+            self.touched.add(group.group_id)
         return released
 
     def retarget_slo(self, job_id: str, slo: float) -> JobProfile:

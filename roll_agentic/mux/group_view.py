@@ -9,9 +9,10 @@ policy keeps one per group and rebuilds it only when the members change.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from roll_agentic.mux.group import Group
-from roll_agentic.mux.profile import ClusterSpec, Pool
+from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
 from roll_agentic.mux.round_robin import MemberPlan, evaluate_on, members_of
 from roll_agentic.mux.slo_check import progress_rate
 
@@ -28,7 +29,6 @@ class GroupView:
     sum_load: float
     budget: float  # min over members of SLO x solo iteration: the cycle may not pass it
     cost: float  # $/h of the group's nodes
-    rate: float  # summed progress rates of the members (solo iterations per co-run one)
     train_order: list[int]  # training nodes, least loaded first
     rollout_order: list[int]
     colocated: bool  # a member runs both phases on training nodes: no idle phase to share
@@ -38,8 +38,29 @@ class GroupView:
     rollout_room_gb: float
     version: int  # the group's `Group.version` it was built from
     targets: int  # and its `Group.targets` (the SLO targets its `budget` was taken from)
+    # The members' profiles and the cluster, for `rate`; and the rate, if known when built.
+    profiles: tuple[JobProfile, ...] = ()
+    spec: ClusterSpec | None = None
+    known_rate: float | None = None
     # What each member adds to the group's effective cost (`RollMuxPolicy.move_offer`).
     adds: dict[str, float] = field(default_factory=dict)
+
+    @cached_property
+    def rate(self) -> float:
+        """Summed progress rates of the members (solo iterations per co-run one).
+
+        Taken from a round-robin run when first asked for: most views are
+        built for a search whose screens reject every candidate there first.
+        """
+        if self.known_rate is not None:
+            return self.known_rate
+        assert self.spec is not None, "a view without its cluster must be built with its rate"
+        periods = evaluate_on(self.plans, self.spec) if len(self.plans) > 1 else []
+        return progress_rate(periods, list(self.profiles), self.plans)
+
+    def rate_if_known(self) -> float | None:
+        """The rate, without a round-robin run for it."""
+        return self.__dict__.get("rate", self.known_rate)
 
 
 def view_of(group: Group, spec: ClusterSpec, rate: float | None = None) -> GroupView:
@@ -62,9 +83,6 @@ def view_of(group: Group, spec: ClusterSpec, rate: float | None = None) -> Group
     top = max(load.values())
     colocated = any(p.colocated for p in group.pinning.values())
     budget = slo_budget(group)
-    if rate is None:
-        periods = evaluate_on(plans, spec) if len(plans) > 1 else []
-        rate = progress_rate(periods, list(group.members.values()), plans)
     return GroupView(
         tuple(group.pinning),
         plans,
@@ -74,7 +92,6 @@ def view_of(group: Group, spec: ClusterSpec, rate: float | None = None) -> Group
         sum(load.values()),
         budget,
         group.cost_per_hour(spec),
-        rate,
         order(Pool.TRAIN),
         order(Pool.ROLLOUT),
         colocated,
@@ -82,6 +99,9 @@ def view_of(group: Group, spec: ClusterSpec, rate: float | None = None) -> Group
         room(Pool.ROLLOUT),
         group.version,
         group.targets,
+        tuple(group.members.values()),
+        spec,
+        rate,
     )
 
 

@@ -224,14 +224,18 @@ class RollMuxPolicy(RoundRobinPhases):
 
     def _group_view(self, group: Group) -> GroupView:
         view = self._views.get(group.group_id)
-        members = tuple(group.pinning)
-        if view is None or view.members != members or view.version != group.version:
+        # Every change of members, pinning or turn order bumps the version;
+        # the identity check keeps a view from a run with another book out.
+        if view is None or view.version != group.version or self._groups[group.group_id] is not group:
+            members = tuple(group.pinning)
             known = self._joined.pop(group.group_id, None)
             rate = known[1] if known is not None and known[0] == members else None
             view = self._views[group.group_id] = view_of(group, self.spec, rate)
             self._groups[group.group_id] = group
         elif view.targets != group.targets:  # only SLO targets moved (banked slack)
-            view = replace(view, budget=slo_budget(group), targets=group.targets)
+            view = replace(
+                view, budget=slo_budget(group), targets=group.targets, known_rate=view.rate_if_known()
+            )
             self._views[group.group_id] = view
         return view
 
@@ -251,6 +255,10 @@ class RollMuxPolicy(RoundRobinPhases):
         fallback = new_group_placement(job, self.spec, options[-1][0] if self.shrink_alone else None)
         self._own[job.job_id] = (job, fallback, options)
         return fallback, options
+
+    def shares_nothing(self, job: JobProfile) -> bool:
+        """An SLO inside the headroom: `best` keeps the job alone, whatever the groups."""
+        return self.screen and job.slo * job.planned_iter_s / (1.0 + self.headroom) < job.planned_iter_s
 
     def place(self, groups: Mapping[int, Group], job: JobProfile) -> Placement:
         placement, score = self.best(groups, job)
@@ -370,7 +378,7 @@ class RollMuxPolicy(RoundRobinPhases):
         fallback, options = self._own_plan(job)
         fallback_score = fallback.extra_cost_per_hour
         job_budget = job.slo * job.planned_iter_s / (1.0 + self.headroom)
-        if self.screen and job_budget < job.planned_iter_s:
+        if self.shares_nothing(job):
             # An SLO inside the headroom: no group runs it faster than alone,
             # so the screen would skip every candidate. Such jobs stay alone
             # for life and are offered moves at most iteration ends (on

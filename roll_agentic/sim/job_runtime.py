@@ -27,6 +27,9 @@ class JobRuntime:
     seen_with: tuple[str, ...] = ()  # its group's members when it last tried
     content_with: tuple[str, ...] = ()  # members with which no move could pay (rehome)
     trimmed_with: tuple[int, int] = (-1, -1)  # (group, `Group.version`) when it last looked at trims
+    # (group, `Group.version`) when `alone_on` (`paid_alone`) was last taken, and its value.
+    alone_key: tuple[int, int] = (-1, -1)
+    alone_on: float | None = None
     pending: PhaseSpec | None = None  # queued, waiting for its turn or its nodes
     handed_on: bool = False  # its running rollout already passed its nodes on (migration)
     # Solo seconds of its first k iterations, at [k]: read at every iteration

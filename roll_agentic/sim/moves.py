@@ -38,7 +38,8 @@ class JobMoves:
     _jobs: dict[str, JobRuntime]
     _turns: NodeTurns
     _replanner: Replanner
-    _changed: list[int]  # groups that gained room (opened or left), in order
+    _room_at: dict[int, int]  # group: the count of room changes when it last gained room
+    _room_changes: int  # room changes so far, of any group
     _moves: int
     _regroup_s: float
     _replan_s: float
@@ -66,45 +67,53 @@ class JobMoves:
         with the same policy checks as an arrival, once groups opened or
         lost a member since it last looked. A move costs one cold start
         per phase on the new nodes (its state is not resident there yet),
-        so the caller offers none that the job's SLO could not absorb
+        so none is offered that the job's SLO could not absorb
         (`replan.move_keeps_slo`; before, only re-plans' moves were held
         to it, and a 1.063-SLO job that moved with 35 iterations left on
         `sim scale --share-any` ended 0.3 % past its SLO).
         """
         group = self._book.groups[rt.group_id]
-        alone_on = paid_alone(group, rt.trace.profile.job_id, self.spec)
+        key = (group.group_id, group.version)
+        if rt.alone_key != key:  # whether it pays alone changes only with its group
+            rt.alone_key = key
+            rt.alone_on = paid_alone(group, rt.trace.profile.job_id, self.spec)
+        alone_on = rt.alone_on
         lone = alone_on is not None
         rehome = bool(getattr(self.policy, "rehome", False))
-        own = tuple(group.pinning)
-        if not (lone or rehome) or own == rt.content_with:
-            return  # content: nothing pays for a move until its group changes
-        if rt.tried_at == len(self._changed) and own == rt.seen_with:
+        if not (lone or rehome):
             return
-        fresh = set(self._changed[rt.tried_at :])
+        own = tuple(group.pinning)
+        if own == rt.content_with:
+            return  # content: nothing pays for a move until its group changes
+        if rt.tried_at == self._room_changes and own == rt.seen_with:
+            return
+        if not self._move_keeps_slo(rt, now):
+            return
+        since = rt.tried_at
         every = own != rt.seen_with  # what it adds where it is changed: all groups
-        rt.tried_at, rt.seen_with = len(self._changed), own
+        rt.tried_at, rt.seen_with = self._room_changes, own
         job = group.members[rt.trace.profile.job_id]  # its SLO target (banked slack)
         groups = self._open_groups()
-        t0 = wallclock.process_time()
+        room_at = self._room_at
+        fresh = [g for g in groups if room_at.get(g, -1) >= since]  # gained room since it looked
         if rehome:
-            offered = groups if every else {g: groups[g] for g in fresh if g in groups}
+            offered = groups if every else {g: groups[g] for g in fresh}
             offer = self.policy.move_offer(offered, group, job.job_id)
             placement = offer.placement
             if offer.content:
                 rt.content_with = own
         else:  # the cheapest pinning in a group that changed, if cheaper than its own
             assert alone_on is not None  # without rehome only such jobs get here
-            fresh_groups = {g: groups[g] for g in fresh if g in groups and g != rt.group_id}
+            fresh_groups = {g: groups[g] for g in fresh if g != rt.group_id}
             placement = self.policy.place(fresh_groups, job) if fresh_groups else None
             if placement is not None and (
                 placement.group_id is None or placement.extra_cost_per_hour >= alone_on
             ):
                 placement = None
-        self._regroup_s += wallclock.process_time() - t0
         if placement is None:
             return
         if len(group.members) > 1:
-            self._changed.append(rt.group_id)  # the group it leaves gains room
+            self._gained_room(rt.group_id)  # the group it leaves gains room
         self._leave(job.job_id, now)
         group, opened = self._book.apply(placement, job)
         self._open(opened, now)
@@ -113,22 +122,24 @@ class JobMoves:
         self._join(rt)
         self._moves += 1
 
+    def _gained_room(self, group_id: int) -> None:
+        self._room_at[group_id] = self._room_changes
+        self._room_changes += 1
+
     def _trim(self, rt: JobRuntime, now: float) -> None:
         """Move the job's rollouts to fewer or partners' nodes when that pays (`mux/trim.py`)."""
         seen = (rt.group_id, self._book.groups[rt.group_id].version)
         if self.trim_offer is None or rt.trimmed_with == seen:
             return
         rt.trimmed_with, job_id = seen, rt.trace.profile.job_id
-        t0 = wallclock.process_time()
         keep = self.trim_offer(self._book.groups[rt.group_id], job_id)
-        self._regroup_s += wallclock.process_time() - t0
         if keep:
             was = set(self._book.groups[rt.group_id].pinning[job_id].rollout_nodes)
             if set(keep) - was:  # its last sync went to its old nodes: load them cold
                 rt.cold.add(PhaseKind.ROLLOUT)
             self._turns.repin(job_id, was - set(keep), set(keep) - was)
             self._release(self._book.repin_rollout(job_id, keep), now)
-            self._changed.append(rt.group_id)  # it has room for more now
+            self._gained_room(rt.group_id)  # it has room for more now
 
     def _bank(self, rt: JobRuntime, now: float) -> None:
         """Re-target the job's SLO to the slowdown its whole run can still take (`mux/slack.py`).
@@ -150,7 +161,7 @@ class JobMoves:
             budget = slo_budget(group)
             self._book.retarget_slo(job.job_id, target)
             if slo_budget(group) > budget:
-                self._changed.append(rt.group_id)  # its tightest member eased: room for more
+                self._gained_room(rt.group_id)  # its tightest member eased: room for more
 
     def _open_groups(self) -> Mapping[int, Group]:
         """Groups that may take a job: not those a re-plan is still filling."""
@@ -183,7 +194,7 @@ class JobMoves:
         job = self._book.groups[rt.group_id].members[rt.trace.profile.job_id]
         placement, plan_nodes = self._replanner.placement(target, self._book.groups)
         if len(self._book.groups[rt.group_id].members) > 1:
-            self._changed.append(rt.group_id)  # the group it leaves gains room
+            self._gained_room(rt.group_id)  # the group it leaves gains room
         self._leave(job.job_id, now)
         group, opened = self._book.apply(placement, job)
         self._replanner.moved(job.job_id, target, group, plan_nodes, [n.node_id for n in opened])

@@ -203,6 +203,7 @@ class Replanner:
         ranked = sorted(group.pinning, key=lambda j: self.order.get(j, float("inf")))
         group.pinning = {j: group.pinning[j] for j in ranked}
         group.members = {j: group.members[j] for j in ranked}
+        group.version += 1  # a new turn order: views of the group are stale
 
     def left(self, job_id: str) -> None:
         """The job left its group (moved elsewhere or finished): forget its planned position."""
