@@ -324,7 +324,7 @@ class RollMuxPolicy(RoundRobinPhases):
         for n_roll, t in options:
             own_iter = t.iter_s
             if self.screen and own_iter > budget:
-                continue  # its own iteration alone passes the budget (fewer nodes: longer)
+                break  # its own iteration alone passes the budget, and on fewer nodes it is longer
             roll_add, train_add = t.roll_node_s + switch, t.train_s + switch
             cycle = max(view.cycle, own_iter)
             for t_new in range(t_new_max + 1):
@@ -386,9 +386,21 @@ class RollMuxPolicy(RoundRobinPhases):
             return fallback, fallback_score
         own_min = options[0][1].iter_s  # on its own node count: its shortest iteration
         ranked: list[_Ranked] = []
+        views, owners, cap = self._views, self._groups, 1.0 + self.headroom
         for group in groups.values():
             if len(group.pinning) >= self.max_members:
                 continue
+            view = views.get(group.group_id)
+            if view is None or view.version != group.version or owners.get(group.group_id) is not group:
+                # The group changed since its view was built. Before building
+                # another, the screens that need none: the newcomer's own
+                # iteration past the tightest member's budget (the screen
+                # below would skip the group), or more training nodes than
+                # the group has (no candidate of the paper's kinds fits).
+                if self.screen and own_min > slo_budget(group) / cap:
+                    continue
+                if not self.share_any and job.n_train > group.count(Pool.TRAIN):
+                    continue
             view = self._group_view(group)
             if view.colocated:
                 continue  # co-located members share no idle phase with anyone
