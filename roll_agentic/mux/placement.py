@@ -385,6 +385,7 @@ class RollMuxPolicy(RoundRobinPhases):
             # 2,000 jobs, 38 % of all searches).
             return fallback, fallback_score
         own_min = options[0][1].iter_s  # on its own node count: its shortest iteration
+        train_add = options[0][1].train_s + spec.warm_switch_s  # the same on any rollout node count
         ranked: list[_Ranked] = []
         views, owners, cap = self._views, self._groups, 1.0 + self.headroom
         for group in groups.values():
@@ -419,6 +420,12 @@ class RollMuxPolicy(RoundRobinPhases):
                 train = [n for n in train if nodes[n].mem_free_gb >= job.train_mem_gb]
             if job.rollout_mem_gb > view.rollout_room_gb:
                 rollout = [n for n in rollout if nodes[n].mem_free_gb >= job.rollout_mem_gb]
+            if self.screen and not self.share_any:
+                # The paper's kinds reuse the newcomer's training node count
+                # of the least-loaded training nodes whatever its rollout
+                # node count: once they pass the budget, every candidate does.
+                if job.n_train > len(train) or view.load[train[job.n_train - 1]] + train_add > budget:
+                    continue
             self._rank_candidates(
                 ranked, view, group, job, options, train, rollout, budget, fallback_score
             )
