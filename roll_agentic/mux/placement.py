@@ -388,8 +388,9 @@ class RollMuxPolicy(RoundRobinPhases):
         train_add = options[0][1].train_s + spec.warm_switch_s  # the same on any rollout node count
         ranked: list[_Ranked] = []
         views, owners, cap = self._views, self._groups, 1.0 + self.headroom
+        max_members, screen = self.max_members, self.screen
         for group in groups.values():
-            if len(group.pinning) >= self.max_members:
+            if len(group.pinning) >= max_members:
                 continue
             view = views.get(group.group_id)
             if view is None or view.version != group.version or owners.get(group.group_id) is not group:
@@ -398,15 +399,17 @@ class RollMuxPolicy(RoundRobinPhases):
                 # iteration past the tightest member's budget (the screen
                 # below would skip the group), or more training nodes than
                 # the group has (no candidate of the paper's kinds fits).
-                if self.screen and own_min > slo_budget(group) / cap:
+                if screen and own_min > slo_budget(group) / cap:
                     continue
                 if not self.share_any and job.n_train > group.count(Pool.TRAIN):
                     continue
-            view = self._group_view(group)
+                view = self._group_view(group)
+            elif view.targets != group.targets:
+                view = self._group_view(group)
             if view.colocated:
                 continue  # co-located members share no idle phase with anyone
-            budget = min(view.budget / (1.0 + self.headroom), job_budget)
-            if self.screen and max(view.max_load, view.cycle, own_min) > budget:
+            budget = min(view.budget / cap, job_budget)
+            if screen and max(view.max_load, view.cycle, own_min) > budget:
                 # Every candidate keeps or raises the busiest node's load and
                 # the longest solo cycle, and the newcomer's own iteration is
                 # at least `own_min`: the screens in `_rank_candidates` would
