@@ -105,8 +105,9 @@ class RollMuxPolicy(RoundRobinPhases):
     # (`rehome.py`); a move must save `move_margin` x the job's solo $/h. Off by
     # default: on the 200-job trace it takes seed 0 from $716.4/h to
     # $713.2/h (seeds 0-4: 1.62x -> 1.66x cheaper than solo), SLOs all met,
-    # but 2,000 jobs then take 1.62 s of scheduler time in all (0.79-0.83 s
-    # without), past the 1 s budget.
+    # but 2,000 jobs then take 2.5 s of scheduler time in all, every
+    # iteration end of every job looked at (0.85-1.04 s without), past the
+    # 1 s budget.
     rehome: bool = False
     move_margin: float = 0.2
     # Beyond the paper's three kinds: let a job share any subset of a
@@ -184,9 +185,10 @@ class RollMuxPolicy(RoundRobinPhases):
     # its scheduler time: on the 200-job trace (seeds 0-4) it takes the mean
     # saving over solo from 1.622x to 1.648x (with every option beyond the
     # paper, 1.79x to 1.83x), SLOs all met, but 2,000 jobs then take about
-    # 1.4x the scheduler time (1.36-1.50 s against 0.98-1.06 s, alternated):
-    # lone jobs are offered the groups whose tightest member's target eased,
-    # and new targets refresh views. A step of 0.05 costs less for 1.637x
+    # 2.9x the scheduler time (2.67 s against 0.93 s, one run each): every
+    # job's target is re-taken at every iteration end, lone jobs are offered
+    # the groups whose tightest member's target eased, and new targets
+    # refresh views. A step of 0.05 costs less for 1.637x
     # (every option: 1.82x; seed 0 1.787x against 1.802x at 0.02).
     bank_slack: bool = False
     bank_step: float = 0.02

@@ -60,3 +60,19 @@ def test_a_new_slo_target_changes_the_member_profile_only_and_invalidates_views(
     assert profile == replace(a, slo=1.8)
     assert group.pinning == pins and group.nodes == nodes
     assert group.version == version and group.targets == 1  # views refresh their SLO budget
+
+
+def test_the_book_notes_which_groups_changed_only_when_asked_to():
+    book = GroupBook(SPEC)
+    a, b = job(0), job(1)
+    group, _ = book.apply(new_group_placement(a, SPEC), a)
+    assert book.touched is None  # not kept unless a caller wants it (the multiplexer does not)
+    book.touched = set()
+    other, _ = book.apply(new_group_placement(b, SPEC), b)
+    assert book.touched == {other.group_id}
+    book.touched.clear()
+    book.remove("j0")
+    assert book.touched == {group.group_id}
+    book.touched.clear()
+    book.retarget_slo("j1", 1.8)  # a target, not membership or pinning: views refresh their budget
+    assert book.touched == set()

@@ -233,6 +233,20 @@ def test_the_rate_a_placement_measured_is_the_rate_of_the_group_it_forms():
         assert policy._group_view(group).rate == view_of(group, SPEC).rate
 
 
+def test_a_view_runs_its_group_for_the_rate_only_when_first_asked():
+    from roll_agentic.mux.group_view import view_of
+    from roll_agentic.mux.round_robin import evaluate_on
+    from roll_agentic.mux.slo_check import progress_rate
+
+    book = place_all(RollMuxPolicy(SPEC), [job(0, rho=0.7, slo=1.6), job(1, rho=0.3, slo=1.6)])
+    (group,) = book.groups.values()
+    view = view_of(group, SPEC)
+    assert view.rate_if_known() is None  # most views serve screens that never read it
+    expected = progress_rate(evaluate_on(view.plans, SPEC), list(group.members.values()), view.plans)
+    assert view.rate == expected and view.rate_if_known() == expected
+    assert view_of(group, SPEC, rate=0.5).rate == 0.5  # a rate measured by the placement's check
+
+
 def test_a_joining_job_runs_its_rollouts_on_fewer_nodes_when_its_slo_allows():
     # A trains for 1,404 s of each 1,800: B's rollout, stretched from 2
     # nodes to A's one (700 s -> 1,400 s), runs while A trains.

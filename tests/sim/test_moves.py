@@ -75,3 +75,27 @@ def test_baselines_never_move_jobs():
     jobs = _lone_partners()
     for policy in (SoloPolicy(SPEC), GreedyPolicy(SPEC)):
         assert ClusterSimulator(SPEC, policy).run(jobs).moves == 0
+
+
+class _ScreensEveryEnd(ClusterSimulator):
+    """Decides at every iteration end, as the simulator did before it kept a watch list."""
+
+    def _screen(self, job_id: str) -> bool:
+        super()._screen(job_id)
+        return True
+
+
+def test_iteration_ends_skipped_by_the_screen_had_nothing_to_decide():
+    from roll_agentic.sim.trace import WorkloadSpec, generate_trace
+
+    trace = generate_trace(5, WorkloadSpec(n_jobs=40, span_days=3.0, h_min=12, h_max=36))
+    screened = []
+    sim = ClusterSimulator(SPEC, RollMuxPolicy(SPEC))
+    screen = sim._screen
+    sim._screen = lambda job_id: screened.append(screen(job_id)) or screened[-1]
+    watched = sim.run(trace.jobs)
+    every = _ScreensEveryEnd(SPEC, RollMuxPolicy(SPEC)).run(trace.jobs)
+    assert watched.moves == every.moves and watched.moves > 0
+    assert watched.total_cost == every.total_cost
+    assert [o.slowdown for o in watched.jobs] == [o.slowdown for o in every.jobs]
+    assert 0 < sum(screened) < 0.5 * len(screened)  # most ends: one set lookup
