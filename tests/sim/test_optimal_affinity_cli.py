@@ -156,8 +156,8 @@ def test_cli_scale_prints_the_total_against_the_paper_then_its_parts(capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("40 jobs placed by RollMux: ") and "s of scheduler CPU in all" in lines[0]
     parts = {line.split("  ")[1].strip(): line for line in lines[1:4]}
-    assert set(parts) == {"placement on arrival", "moves between groups", "re-plans"}
-    assert "moves)" in parts["moves between groups"]
+    assert set(parts) == {"placement on arrival", "between iterations", "re-plans"}
+    assert "moves; trims and checks too)" in parts["between iterations"]
     assert lines[4].startswith("SLO attainment 1.0; long-tail migration on; rollout nodes in round-robin turns")
     assert "H20 x8, 1 per GPU-hour" in lines[5] and "H800 x8, 2.85 per GPU-hour" in lines[5]
 
