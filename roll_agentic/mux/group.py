@@ -83,10 +83,6 @@ class Group:
     version: int = 0  # bumped on every change of members or pinning: cached views key on it
     targets: int = 0  # bumped when a member's SLO target moves (`mux/slack.py`): views' budgets
 
-    def count(self, pool: Pool) -> int:
-        """How many of the group's nodes are in `pool`."""
-        return sum(1 for n in self.nodes.values() if n.pool is pool)
-
     def node_ids(self, pool: Pool) -> list[int]:
         return [n.node_id for n in self.nodes.values() if n.pool is pool]
 

@@ -403,7 +403,7 @@ class RollMuxPolicy(RoundRobinPhases):
                 # the group has (no candidate of the paper's kinds fits).
                 if screen and own_min > slo_budget(group) / cap:
                     continue
-                if not self.share_any and job.n_train > group.count(Pool.TRAIN):
+                if not self.share_any and job.n_train > len(group.node_ids(Pool.TRAIN)):
                     continue
                 view = self._group_view(group)
             elif view.targets != group.targets:

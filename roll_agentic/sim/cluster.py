@@ -73,6 +73,8 @@ class ClusterSimulator(JobMoves):
         # And those that re-place running jobs every so often (`replan.py`), or trim rollout nodes.
         self.replan_every_s = float(getattr(policy, "replan_every_h", 0.0)) * 3600.0
         self.trim_offer = getattr(policy, "trim_offer", None)
+        # And those that know a job no group could take (`_stays_alone`).
+        self.shares_nothing = getattr(policy, "shares_nothing", None)
         # And those that hold running jobs to their whole run's SLO (`mux/slack.py`).
         self.bank_slack = bool(getattr(policy, "bank_slack", False))
         # The share of an SLO the policy keeps back; moves and banked targets keep it too.
@@ -277,10 +279,9 @@ class ClusterSimulator(JobMoves):
 
     def _stays_alone(self, rt: JobRuntime) -> bool:
         """No group could take this job, however the groups change (its SLO target is too tight)."""
-        shares_nothing = getattr(self.policy, "shares_nothing", None)
-        if shares_nothing is None or rt.group_id not in self._book.groups:
+        if self.shares_nothing is None or rt.group_id not in self._book.groups:
             return False
-        return bool(shares_nothing(self._book.groups[rt.group_id].members[rt.trace.profile.job_id]))
+        return bool(self.shares_nothing(self._book.groups[rt.group_id].members[rt.trace.profile.job_id]))
 
     def _open(self, opened: list[Node], now: float) -> None:
         for node in opened:

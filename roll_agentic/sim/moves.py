@@ -34,6 +34,7 @@ class JobMoves:
     policy: SchedulerPolicy
     headroom: float
     trim_offer: Callable[[Group, str], tuple[int, ...]] | None  # the policy's, if it trims
+    rehome: bool  # the policy offers every member a move, not only lone ones
     _book: GroupBook
     _jobs: dict[str, JobRuntime]
     _turns: NodeTurns
@@ -79,7 +80,7 @@ class JobMoves:
             rt.alone_on = paid_alone(group, rt.trace.profile.job_id, self.spec)
         alone_on = rt.alone_on
         lone = alone_on is not None
-        rehome = bool(getattr(self.policy, "rehome", False))
+        rehome = self.rehome
         if not (lone or rehome):
             return
         own = tuple(group.pinning)
