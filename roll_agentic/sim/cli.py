@@ -165,21 +165,24 @@ def _compare(args: argparse.Namespace) -> int:
 
         doc["plots"] = write_plots(results, args.plot)
     rows = [
-        f"{'policy':<10} {'$/h':>9} {'vs rollmux':>10} {'SLO met':>8} {'util':>6} "
-        f"{'rollout':>8} {'train':>6} {'slowdown':>9}"
+        f"{'policy':<10} {'$/h':>9} {'$/h R':>8} {'$/h T':>7} {'vs rollmux':>10} {'SLO met':>8} "
+        f"{'util':>6} {'util R':>8} {'util T':>6} {'slowdown':>9}"
     ]
     for name, cost in doc["cost_per_hour"].items():
         saving = doc.get("rollmux_saving", {}).get(name, 1.0)
         pools = {p: "-" if u is None else f"{u:.3f}" for p, u in doc["utilization_by_pool"][name].items()}
+        spent = doc["cost_per_hour_by_pool"][name]
         rows.append(
-            f"{name:<10} {cost:>9.1f} {saving:>9.2f}x {doc['slo_attainment'][name]:>8.3f} "
+            f"{name:<10} {cost:>9.1f} {spent['rollout']:>8.1f} {spent['train']:>7.1f} "
+            f"{saving:>9.2f}x {doc['slo_attainment'][name]:>8.3f} "
             f"{doc['utilization'][name]:>6.3f} {pools['rollout']:>8} {pools['train']:>6} "
             f"{doc['mean_slowdown'][name]:>9.3f}"
         )
     flags = _beyond_paper(doc)
     rows.append(
         f"{doc['jobs']} jobs, seed {doc['seed']}, {doc['arrival']} arrivals; "
-        f"$/h over the solo span of {doc['reference_hours']} h"
+        f"$/h over the solo span of {doc['reference_hours']} h; util: busy share of "
+        "allocated GPU time; R, T: rollout, training nodes"
         + (f"; beyond the paper: {' '.join(flags)}" if flags else "")
         + (f"; cluster {args.cluster}" if args.cluster else "")
     )

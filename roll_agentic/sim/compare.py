@@ -74,6 +74,9 @@ def summarize(results: dict[str, SimResult], spec: ClusterSpec) -> dict:
     cost = {n: r.total_cost / ref_h for n, r in results.items()}
     out: dict = {
         "cost_per_hour": {n: round(c, 1) for n, c in cost.items()},
+        "cost_per_hour_by_pool": {
+            n: {p: round(c / ref_h, 1) for p, c in r.pool_cost().items()} for n, r in results.items()
+        },
         "slo_attainment": {n: round(r.slo_attainment, 4) for n, r in results.items()},
         "utilization": {n: round(r.utilization(spec), 4) for n, r in results.items()},
         "utilization_by_pool": {

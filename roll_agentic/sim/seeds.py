@@ -96,6 +96,7 @@ def compare_seeds(seeds: list[int], run: SeedRun, workers: int | None = None) ->
             "slo_attainment": doc["slo_attainment"],
             "rollmux_saving": doc["rollmux_saving"],
             "utilization_by_pool": doc["utilization_by_pool"]["rollmux"],
+            "cost_per_hour_by_pool": doc["cost_per_hour_by_pool"]["rollmux"],
             "max_saving_vs_solo": doc.get("max_saving_vs_solo"),
         }
         for seed, doc in zip(seeds, docs, strict=True)

@@ -67,7 +67,14 @@ class SimResult:
 
     @property
     def total_cost(self) -> float:
-        return sum(a.price_per_hour * (a.closed - a.opened) / 3600.0 for a in self.allocations)
+        return sum(self.pool_cost().values())
+
+    def pool_cost(self) -> dict[str, float]:
+        """Node cost per pool over the run ($, node-hours x price): where the money goes."""
+        out = {p.value: 0.0 for p in Pool}
+        for a in self.allocations:
+            out[a.pool] += a.price_per_hour * (a.closed - a.opened) / 3600.0
+        return out
 
     def node_gpu_s(self, spec: ClusterSpec) -> dict[str, float]:
         out = {p.value: 0.0 for p in Pool}

@@ -85,6 +85,13 @@ def test_compare_on_a_small_trace_orders_policies_sensibly():
         )  # colocated: no rollout
         whole = sum((pools[p] or 0.0) * alloc[p] for p in pools) / sum(alloc.values())
         assert whole == pytest.approx(doc["utilization"][name], abs=1e-3)
+        # Per pool, the $/h add up to the whole; each pool's is its node-GPU hours at its price.
+        spent = doc["cost_per_hour_by_pool"][name]
+        assert sum(spent.values()) == pytest.approx(cost[name], abs=0.11)
+        for p, c in result.pool_cost().items():
+            price = SPEC.node_class(Pool(p)).price_per_gpu_hour
+            assert c == pytest.approx(alloc[p] / 3600.0 * price)
+    assert doc["cost_per_hour_by_pool"]["colocated"]["rollout"] == 0.0
     # No placement pays less than the busy GPU time of the work itself.
     assert doc["work_floor_per_hour"] <= cost["rollmux"]
     assert doc["rollmux_saving"]["solo"] <= doc["max_saving_vs_solo"]
