@@ -51,6 +51,20 @@ def _hours(text: str) -> float:
     return value
 
 
+def _slo_range(args: argparse.Namespace) -> tuple[float, float]:
+    """`--slo LO HI` of a generated trace, checked (default: the paper's 1 to 2)."""
+    if args.slo is None:
+        return WorkloadSpec().slo_range
+    if args.trace:
+        raise ValueError("--slo draws the SLOs of a generated trace; a --trace file has its own")
+    lo, hi = args.slo
+    if not 1.0 <= lo <= hi <= 100.0:
+        raise ValueError(
+            f"--slo {lo:g} {hi:g}: an SLO is a tolerated slowdown, so 1 <= LO <= HI (at most 100)"
+        )
+    return lo, hi
+
+
 def _replan_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--replan",
@@ -132,6 +146,7 @@ def _compare_seeds(args: argparse.Namespace) -> int:
     run = SeedRun(
         jobs=args.jobs,
         arrival=args.arrival,
+        slo_range=_slo_range(args),
         options=RollMuxOptions.from_args(args),
         spec=_spec(args),
     )
@@ -146,12 +161,16 @@ def _compare_seeds(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from roll_agentic.sim.compare import compare
 
+    slo_range = _slo_range(args)  # before a trace is read: --slo and --trace clash
     if args.seeds is not None:
         return _compare_seeds(args)
     if args.trace:
         trace = Trace.load(args.trace)
     else:
-        trace = generate_trace(args.seed, WorkloadSpec(n_jobs=args.jobs, arrival=args.arrival))
+        trace = generate_trace(
+            args.seed,
+            WorkloadSpec(n_jobs=args.jobs, arrival=args.arrival, slo_range=slo_range),
+        )
     if args.save_trace:
         trace.save(args.save_trace)
     doc, results = compare(
@@ -180,7 +199,8 @@ def _compare(args: argparse.Namespace) -> int:
         )
     flags = _beyond_paper(doc)
     rows.append(
-        f"{doc['jobs']} jobs, seed {doc['seed']}, {doc['arrival']} arrivals; "
+        f"{doc['jobs']} jobs, seed {doc['seed']}, {doc['arrival']} arrivals, "
+        f"SLOs from U({doc['slo_range'][0]:g}, {doc['slo_range'][1]:g}); "
         f"$/h over the solo span of {doc['reference_hours']} h; util: busy share of "
         "allocated GPU time; R, T: rollout, training nodes"
         + (f"; beyond the paper: {' '.join(flags)}" if flags else "")
@@ -332,6 +352,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         choices=["poisson", "philly"],
         default="poisson",
         help="arrival process of a generated trace",
+    )
+    p.add_argument(
+        "--slo",
+        nargs=2,
+        type=float,
+        metavar=("LO", "HI"),
+        help="draw a generated trace's SLOs (tolerated slowdowns) from U(LO, HI) instead of "
+        "U(1, 2), the paper's: what looser or tighter SLOs buy",
     )
     p.add_argument("--save-trace", metavar="FILE", help="write the trace used to FILE as JSON")
     p.add_argument("--plot", metavar="DIR", help="write Gantt and cost-over-time PNGs to DIR")

@@ -135,6 +135,7 @@ def compare(
     out["jobs"] = len(trace.jobs)
     out["seed"] = trace.seed
     out["arrival"] = trace.workload.arrival
+    out["slo_range"] = list(trace.workload.slo_range)
     return out, results
 
 

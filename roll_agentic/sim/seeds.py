@@ -51,6 +51,7 @@ class SeedRun:
 
     jobs: int = 200
     arrival: str = "poisson"
+    slo_range: tuple[float, float] = (1.0, 2.0)  # SLOs drawn from U(lo, hi)
     options: RollMuxOptions = DEFAULT_OPTIONS
     # The cluster and its switches (migration and FIFO rollout nodes), as `sim compare` builds it.
     spec: ClusterSpec = field(default_factory=lambda: ClusterSpec(migration=True))
@@ -59,7 +60,9 @@ class SeedRun:
         from roll_agentic.sim.compare import compare
         from roll_agentic.sim.trace import WorkloadSpec, generate_trace
 
-        trace = generate_trace(seed, WorkloadSpec(n_jobs=self.jobs, arrival=self.arrival))
+        trace = generate_trace(
+            seed, WorkloadSpec(n_jobs=self.jobs, arrival=self.arrival, slo_range=self.slo_range)
+        )
         doc, _ = compare(trace, spec=self.spec, options=self.options)
         return doc
 
@@ -105,6 +108,7 @@ def compare_seeds(seeds: list[int], run: SeedRun, workers: int | None = None) ->
         "seeds": seeds,
         "jobs": run.jobs,
         "arrival": run.arrival,
+        "slo_range": list(run.slo_range),
         "rollmux_saving": {
             name: _spread([d["rollmux_saving"][name] for d in docs])
             for name in policies
@@ -146,7 +150,8 @@ def seeds_table(doc: dict) -> list[str]:
             f"{slo['rollmux'][stat]:>12.3f} {slo['random'][stat]:>7.3f} {slo['greedy'][stat]:>7.3f}"
         )
     rows.append(
-        f"{doc['jobs']} jobs per trace, {doc['arrival']} arrivals, seeds {doc['seeds']}; "
+        f"{doc['jobs']} jobs per trace, {doc['arrival']} arrivals, SLOs from "
+        f"U({doc['slo_range'][0]:g}, {doc['slo_range'][1]:g}), seeds {doc['seeds']}; "
         "min / mean / max: of each column on its own"
     )
     return rows

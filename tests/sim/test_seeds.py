@@ -77,3 +77,40 @@ def test_cli_seeds_refuses_a_bad_list_in_one_line(capsys):
     assert cli.main(["compare", "--seeds", "4-2"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("roll-agentic sim compare: error:") and "\n" not in err
+
+
+def test_cli_slo_range_draws_the_generated_traces_slos(tmp_path, capsys):
+    saved = tmp_path / "t.json"
+    argv = ["compare", "--jobs", "12", "--seed", "2", "--slo", "1.5", "1.8", "--json"]
+    assert cli.main([*argv, "--save-trace", str(saved)]) == 0
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert doc["slo_range"] == [1.5, 1.8]
+    slos = [j["profile"]["slo"] for j in json.loads(saved.read_text())["jobs"]]
+    assert all(1.5 <= s <= 1.8 for s in slos)
+    # The same trace otherwise: only the SLOs differ from the default draw.
+    default = generate_trace(2, WorkloadSpec(n_jobs=12))
+    loose = generate_trace(2, WorkloadSpec(n_jobs=12, slo_range=(1.5, 1.8)))
+    assert [j.arrival_s for j in loose.jobs] == [j.arrival_s for j in default.jobs]
+    # Looser SLOs never make RollMux dearer than solo, and every SLO is still met.
+    assert doc["slo_attainment"]["rollmux"] == 1.0
+    assert doc["cost_per_hour"]["rollmux"] <= doc["cost_per_hour"]["solo"]
+    assert cli.main(["compare", "--jobs", "8", "--seeds", "0-1", "--workers", "1",
+                     "--slo", "2", "2", "--json"]) == 0
+    seeds_doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert seeds_doc["slo_range"] == [2.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--slo", "0.9", "2"], "1 <= LO <= HI"),
+        (["--slo", "2", "1.5"], "1 <= LO <= HI"),
+        (["--slo", "nan", "2"], "1 <= LO <= HI"),
+        (["--slo", "1", "inf"], "at most 100"),
+        (["--slo", "1", "2", "--trace", "t.json"], "has its own"),
+    ],
+)
+def test_cli_slo_range_refuses_what_is_no_slowdown_in_one_line(argv, says, capsys):
+    assert cli.main(["compare", "--jobs", "4", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0]
