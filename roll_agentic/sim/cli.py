@@ -198,10 +198,15 @@ def _compare(args: argparse.Namespace) -> int:
             f"{doc['mean_slowdown'][name]:>9.3f}"
         )
     flags = _beyond_paper(doc)
+    lo, hi = doc["slo_range"]
     rows.append(
         f"{doc['jobs']} jobs, seed {doc['seed']}, {doc['arrival']} arrivals, "
-        f"SLOs from U({doc['slo_range'][0]:g}, {doc['slo_range'][1]:g}); "
-        f"$/h over the solo span of {doc['reference_hours']} h; util: busy share of "
+        + (
+            f"SLOs {lo:g}-{hi:g} (as in the file); "
+            if doc["arrival"] == "file"
+            else f"SLOs from U({lo:g}, {hi:g}); "
+        )
+        + f"$/h over the solo span of {doc['reference_hours']} h; util: busy share of "
         "allocated GPU time; R, T: rollout, training nodes"
         + (f"; beyond the paper: {' '.join(flags)}" if flags else "")
         + (f"; cluster {args.cluster}" if args.cluster else "")

@@ -135,7 +135,10 @@ def compare(
     out["jobs"] = len(trace.jobs)
     out["seed"] = trace.seed
     out["arrival"] = trace.workload.arrival
-    out["slo_range"] = list(trace.workload.slo_range)
+    # The range a generated trace drew its SLOs from; a CSV file's, as found in it.
+    slos = [j.profile.slo for j in trace.jobs]
+    from_file = trace.workload.arrival == "file" and slos
+    out["slo_range"] = [min(slos), max(slos)] if from_file else list(trace.workload.slo_range)
     return out, results
 
 

@@ -43,6 +43,9 @@ def test_a_csv_trace_runs_and_round_trips_through_json(tmp_path, capsys):
     assert cli.main(["compare", "--trace", str(EXAMPLE), "--save-trace", str(out), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert doc["slo_attainment"]["rollmux"] == 1.0 and doc["arrival"] == "file"
+    # A file's SLOs are reported as found in it, not as the generator's U(1, 2).
+    slos = [j.profile.slo for j in trace_from_csv(EXAMPLE).jobs]
+    assert doc["slo_range"] == [min(slos), max(slos)]
     again, _ = compare(Trace.load(out))
     assert again["cost_per_hour"] == doc["cost_per_hour"]
     assert Trace.load(out).jobs == trace_from_csv(EXAMPLE).jobs
