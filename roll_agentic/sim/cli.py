@@ -136,7 +136,7 @@ def _beyond_paper(doc: dict) -> list[str]:
 
 
 
-def _compare_seeds(args: argparse.Namespace) -> int:
+def _compare_seeds(args: argparse.Namespace, slo_range: tuple[float, float]) -> int:
     from roll_agentic.sim.seeds import SeedRun, compare_seeds, parse_seeds, seeds_table
 
     clash = [f for f, v in (("--trace", args.trace), ("--plot", args.plot),
@@ -146,7 +146,7 @@ def _compare_seeds(args: argparse.Namespace) -> int:
     run = SeedRun(
         jobs=args.jobs,
         arrival=args.arrival,
-        slo_range=_slo_range(args),
+        slo_range=slo_range,
         options=RollMuxOptions.from_args(args),
         spec=_spec(args),
     )
@@ -163,7 +163,7 @@ def _compare(args: argparse.Namespace) -> int:
 
     slo_range = _slo_range(args)  # before a trace is read: --slo and --trace clash
     if args.seeds is not None:
-        return _compare_seeds(args)
+        return _compare_seeds(args, slo_range)
     if args.trace:
         trace = Trace.load(args.trace)
     else:

@@ -137,8 +137,10 @@ def compare(
     out["arrival"] = trace.workload.arrival
     # The range a generated trace drew its SLOs from; a CSV file's, as found in it.
     slos = [j.profile.slo for j in trace.jobs]
-    from_file = trace.workload.arrival == "file" and slos
-    out["slo_range"] = [min(slos), max(slos)] if from_file else list(trace.workload.slo_range)
+    if trace.workload.arrival == "file" and slos:
+        out["slo_range"] = [min(slos), max(slos)]
+    else:
+        out["slo_range"] = list(trace.workload.slo_range)
     return out, results
 
 

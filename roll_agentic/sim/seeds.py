@@ -51,7 +51,7 @@ class SeedRun:
 
     jobs: int = 200
     arrival: str = "poisson"
-    slo_range: tuple[float, float] = (1.0, 2.0)  # SLOs drawn from U(lo, hi)
+    slo_range: tuple[float, float] | None = None  # SLOs drawn from U(lo, hi); None: the trace default
     options: RollMuxOptions = DEFAULT_OPTIONS
     # The cluster and its switches (migration and FIFO rollout nodes), as `sim compare` builds it.
     spec: ClusterSpec = field(default_factory=lambda: ClusterSpec(migration=True))
@@ -60,9 +60,8 @@ class SeedRun:
         from roll_agentic.sim.compare import compare
         from roll_agentic.sim.trace import WorkloadSpec, generate_trace
 
-        trace = generate_trace(
-            seed, WorkloadSpec(n_jobs=self.jobs, arrival=self.arrival, slo_range=self.slo_range)
-        )
+        slos = {} if self.slo_range is None else {"slo_range": self.slo_range}
+        trace = generate_trace(seed, WorkloadSpec(n_jobs=self.jobs, arrival=self.arrival, **slos))
         doc, _ = compare(trace, spec=self.spec, options=self.options)
         return doc
 
@@ -108,7 +107,7 @@ def compare_seeds(seeds: list[int], run: SeedRun, workers: int | None = None) ->
         "seeds": seeds,
         "jobs": run.jobs,
         "arrival": run.arrival,
-        "slo_range": list(run.slo_range),
+        "slo_range": docs[0]["slo_range"],
         "rollmux_saving": {
             name: _spread([d["rollmux_saving"][name] for d in docs])
             for name in policies
