@@ -185,7 +185,7 @@ def _compare(args: argparse.Namespace) -> int:
         doc["plots"] = write_plots(results, args.plot)
     rows = [
         f"{'policy':<10} {'$/h':>9} {'$/h R':>8} {'$/h T':>7} {'vs rollmux':>10} {'SLO met':>8} "
-        f"{'util':>6} {'util R':>8} {'util T':>6} {'slowdown':>9}"
+        f"{'util':>6} {'util R':>8} {'util T':>6} {'slowdown':>9} {'alone':>6}"
     ]
     for name, cost in doc["cost_per_hour"].items():
         saving = doc.get("rollmux_saving", {}).get(name, 1.0)
@@ -195,8 +195,10 @@ def _compare(args: argparse.Namespace) -> int:
             f"{name:<10} {cost:>9.1f} {spent['rollout']:>8.1f} {spent['train']:>7.1f} "
             f"{saving:>9.2f}x {doc['slo_attainment'][name]:>8.3f} "
             f"{doc['utilization'][name]:>6.3f} {pools['rollout']:>8} {pools['train']:>6} "
-            f"{doc['mean_slowdown'][name]:>9.3f}"
+            f"{doc['mean_slowdown'][name]:>9.3f} {doc['cost_share_by_group_size'][name].get('1', 0.0):>6.3f}"
         )
+    if "rollmux" in doc["cost_per_hour"]:
+        rows.append(_census_line(doc))
     flags = _beyond_paper(doc)
     lo, hi = doc["slo_range"]
     rows.append(
@@ -207,11 +209,23 @@ def _compare(args: argparse.Namespace) -> int:
             else f"SLOs from U({lo:g}, {hi:g}); "
         )
         + f"$/h over the solo span of {doc['reference_hours']} h; util: busy share of "
-        "allocated GPU time; R, T: rollout, training nodes"
+        "allocated GPU time; R, T: rollout, training nodes; alone: share of $ on groups of one job"
         + (f"; beyond the paper: {' '.join(flags)}" if flags else "")
         + (f"; cluster {args.cluster}" if args.cluster else "")
     )
     return _emit(args, doc, rows)
+
+
+def _census_line(doc: dict) -> str:
+    """Where rollmux's $ went: groups by size, and jobs alone by their SLO (`census.py`)."""
+    sizes = doc["cost_share_by_group_size"]["rollmux"]
+    alone = doc["alone_cost_share_by_slo"]["rollmux"]
+    by_slo = ", ".join(f"SLO {band} {share:.1%}" for band, share in alone.items())
+    by_size = ", ".join(f"{size} {share:.1%}" for size, share in sizes.items() if size != "1")
+    return (
+        f"rollmux's $: {sizes.get('1', 0.0):.1%} on jobs alone in their group ({by_slo}); "
+        f"groups of {by_size}"
+    )
 
 
 def _optimality(args: argparse.Namespace) -> int:

@@ -36,6 +36,9 @@ What it models (and what it does not):
   One with `bank_slack` has each job's SLO target re-set at its iteration
   ends to what its whole run can still take (`mux/slack.py`). These
   between-iteration changes are in `moves.py`.
+- Every change of a group's members or nodes is booked (`census.py`):
+  what each run spent per group size and, on jobs alone in their group,
+  per SLO band.
 - Not modelled: node failures, network contention between jobs' syncs, partial-node
   allocations, the cold load of a job's very first phase (identical across policies).
 """
@@ -50,6 +53,7 @@ from roll_agentic.mux.group import Group, GroupBook, Node, Placement
 from roll_agentic.mux.policy import SchedulerPolicy
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseKind, Pool
 from roll_agentic.mux.round_robin import PhaseSpec
+from roll_agentic.sim.census import GroupCensus
 from roll_agentic.sim.events import EventQueue, EventType
 from roll_agentic.sim.job_runtime import JobRuntime, NodeRuntime
 from roll_agentic.sim.moves import JobMoves
@@ -113,6 +117,8 @@ class ClusterSimulator(JobMoves):
         self._turns = NodeTurns()
         self._replanner = Replanner.of(self.policy)
         self._replan_s = 0.0
+        self._census = GroupCensus(self.spec)
+        self._recounts: set[int] = set()  # groups changed by the event at hand (`_recount`)
         by_id = {j.profile.job_id: j for j in trace_jobs}
         last_arrival = max((j.arrival_s for j in trace_jobs), default=0.0)
         if self.replan_every_s > 0 and trace_jobs:
@@ -144,12 +150,15 @@ class ClusterSimulator(JobMoves):
             else:
                 assert ev.kind is not None
                 self._phase_end(ev.job_id, ev.kind, now)
+            if self._recounts:
+                self._book_census(now)
         end = self.horizon_s if self.horizon_s is not None else now
         for a in self._allocs.values():
             a.closed = end
             self._done_allocs.append(a)
         for rt in self._jobs.values():  # still running at the horizon
             self._outcomes.append(self._outcome(rt))
+        self._census.close(end)
         return SimResult(
             self.policy.name,
             self._done_allocs,
@@ -162,6 +171,8 @@ class ClusterSimulator(JobMoves):
             self._moves,
             self._replan_s,
             self._replanner.replans,
+            self._census.by_size,
+            self._census.alone_by_slo,
         )
 
     # -- events ---------------------------------------------------------------
@@ -196,6 +207,7 @@ class ClusterSimulator(JobMoves):
         rt = JobRuntime(job, roll_f, train_f, group.group_id, last_end=job.arrival_s)
         self._jobs[job.profile.job_id] = rt
         self._join(rt)
+        self._recount(group.group_id)
         self._enqueue(job.profile.job_id, None, now)
 
     def _phase_end(self, job_id: str, kind: PhaseKind, now: float) -> None:
@@ -313,8 +325,25 @@ class ClusterSimulator(JobMoves):
         """Unpin a job; its turns pass to the partners it leaves behind."""
         nids = self._turns.leave(job_id)
         self._replanner.left(job_id)
+        group_id = self._book.job_group[job_id]
         self._release(self._book.remove(job_id), now)
+        self._recount(group_id)
         self._kick([n for n in nids if n in self._nodes], now)
+
+    def _recount(self, group_id: int) -> None:
+        """The group's members or nodes changed: its cost up to now is booked once the
+        event is handled (`_book_census`), outside the scheduler's timed decisions."""
+        self._recounts.add(group_id)
+
+    def _book_census(self, now: float) -> None:
+        for group_id in self._recounts:
+            self._census.update(
+                group_id,
+                self._book.groups.get(group_id),
+                now,
+                lambda job_id: self._jobs[job_id].trace.profile.slo,  # as submitted, not banked
+            )
+        self._recounts.clear()
 
     def _kick(self, node_ids: Iterable[int], now: float) -> None:
         """Start what waits on free nodes for the job that holds their turn."""

@@ -22,6 +22,7 @@ from roll_agentic.mux.placement import RollMuxPolicy
 from roll_agentic.mux.policy import SchedulerPolicy
 from roll_agentic.mux.profile import ClusterSpec, Pool
 from roll_agentic.sim.baselines import ColocatedPolicy, GreedyPolicy, RandomPolicy, SoloPolicy
+from roll_agentic.sim.census import SLO_BANDS
 from roll_agentic.sim.cluster import ClusterSimulator
 from roll_agentic.sim.optimal import ReplayPolicy, plan_objective, solve
 from roll_agentic.sim.options import DEFAULT_OPTIONS, RollMuxOptions
@@ -92,6 +93,13 @@ def summarize(results: dict[str, SimResult], spec: ClusterSpec) -> dict:
         "replan_time_s": {n: round(r.replan_time_s, 4) for n, r in results.items() if r.replans},
         "replans": {n: r.replans for n, r in results.items() if r.replans},
         "reference_hours": round(ref_h, 2),
+        # Shares of each policy's $: per group size, and groups of one per
+        # their job's SLO band (`census.py`): what multiplexing reached.
+        "cost_share_by_group_size": {n: _shares(r.cost_by_group_size, r) for n, r in results.items()},
+        "alone_cost_share_by_slo": {
+            n: _shares(r.alone_cost_by_slo, r, [label for _, label in SLO_BANDS])
+            for n, r in results.items()
+        },
     }
     if "solo" in results:
         # The floor for any disaggregated placement: the solo run's busy GPU
@@ -113,6 +121,13 @@ def summarize(results: dict[str, SimResult], spec: ClusterSpec) -> dict:
             n: round(c / cost["rollmux"], 3) for n, c in cost.items() if n != "rollmux"
         }
     return out
+
+
+def _shares(spent: dict[str, float], result: SimResult, keys: list[str] | None = None) -> dict[str, float]:
+    """Each entry of `spent` as a share of the run's node cost, in the order of `keys` (zeros kept)."""
+    total = result.total_cost
+    keys = keys if keys is not None else sorted(spent)
+    return {k: round(spent.get(k, 0.0) / total, 4) if total > 0 else 0.0 for k in keys}
 
 
 def compare(

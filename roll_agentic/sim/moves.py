@@ -57,6 +57,9 @@ class JobMoves:
     def _leave(self, job_id: str, now: float) -> None:
         raise NotImplementedError
 
+    def _recount(self, group_id: int) -> None:
+        raise NotImplementedError
+
     def _regroup(self, rt: JobRuntime, now: float) -> None:
         """Move a job to a group where it costs less (lone jobs; any job with `rehome`).
 
@@ -121,6 +124,7 @@ class JobMoves:
         rt.group_id = group.group_id
         rt.cold = {PhaseKind.ROLLOUT, PhaseKind.TRAIN}
         self._join(rt)
+        self._recount(group.group_id)
         self._moves += 1
 
     def _gained_room(self, group_id: int) -> None:
@@ -140,6 +144,7 @@ class JobMoves:
                 rt.cold.add(PhaseKind.ROLLOUT)
             self._turns.repin(job_id, was - set(keep), set(keep) - was)
             self._release(self._book.repin_rollout(job_id, keep), now)
+            self._recount(rt.group_id)
             self._gained_room(rt.group_id)  # it has room for more now
 
     def _bank(self, rt: JobRuntime, now: float) -> None:
@@ -203,4 +208,5 @@ class JobMoves:
         rt.group_id = group.group_id
         rt.cold = {PhaseKind.ROLLOUT, PhaseKind.TRAIN}
         self._join(rt, target.order)
+        self._recount(group.group_id)
         self._moves += 1

@@ -99,6 +99,7 @@ def compare_seeds(seeds: list[int], run: SeedRun, workers: int | None = None) ->
             "rollmux_saving": doc["rollmux_saving"],
             "utilization_by_pool": doc["utilization_by_pool"]["rollmux"],
             "cost_per_hour_by_pool": doc["cost_per_hour_by_pool"]["rollmux"],
+            "alone_cost_share_by_slo": doc["alone_cost_share_by_slo"]["rollmux"],
             "max_saving_vs_solo": doc.get("max_saving_vs_solo"),
         }
         for seed, doc in zip(seeds, docs, strict=True)

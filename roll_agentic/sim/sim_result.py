@@ -64,6 +64,10 @@ class SimResult:
     moves: int = 0  # jobs moved to another group between iterations
     replan_time_s: float = 0.0  # policy CPU time spent re-placing running jobs (`replan.py`)
     replans: int = 0  # re-plans adopted
+    # $ per group size ("1", "2", "3", "4+") and, for groups of one, per the
+    # job's SLO band (`census.py`); each adds up to `total_cost`.
+    cost_by_group_size: dict[str, float] = field(default_factory=dict)
+    alone_cost_by_slo: dict[str, float] = field(default_factory=dict)
 
     @property
     def total_cost(self) -> float:
