@@ -99,6 +99,7 @@ def compare_seeds(seeds: list[int], run: SeedRun, workers: int | None = None) ->
             "rollmux_saving": doc["rollmux_saving"],
             "utilization_by_pool": doc["utilization_by_pool"]["rollmux"],
             "cost_per_hour_by_pool": doc["cost_per_hour_by_pool"]["rollmux"],
+            "alone_cost_share": doc["cost_share_by_group_size"]["rollmux"].get("1", 0.0),
             "alone_cost_share_by_slo": doc["alone_cost_share_by_slo"]["rollmux"],
             "max_saving_vs_solo": doc.get("max_saving_vs_solo"),
         }
@@ -120,6 +121,8 @@ def compare_seeds(seeds: list[int], run: SeedRun, workers: int | None = None) ->
         "cost_per_hour": {
             name: _spread([d["cost_per_hour"][name] for d in docs]) for name in policies
         },
+        # Share of RollMux's $ on jobs alone in their group (`census.py`).
+        "rollmux_alone_cost_share": _spread([r["alone_cost_share"] for r in per_seed]),
         "rollout_fifo": docs[0]["rollout_fifo"],
         "migration": docs[0]["migration"],
         "rollout_shrink": docs[0]["rollout_shrink"],
@@ -133,25 +136,27 @@ def seeds_table(doc: dict) -> list[str]:
     """One row per seed, then min / mean / max: RollMux's savings and every policy's SLOs."""
     rows = [
         f"{'seed':>5} {'solo $/h':>9} {'coloc $/h':>10} {'rollmux $/h':>12} {'vs solo':>8} "
-        f"{'vs coloc':>9} {'SLO rollmux':>12} {'random':>7} {'greedy':>7}"
+        f"{'vs coloc':>9} {'SLO rollmux':>12} {'random':>7} {'greedy':>7} {'alone':>6}"
     ]
     for r in doc["per_seed"]:
         c, s, v = r["cost_per_hour"], r["slo_attainment"], r["rollmux_saving"]
         rows.append(
             f"{r['seed']:>5} {c['solo']:>9.1f} {c['colocated']:>10.1f} {c['rollmux']:>12.1f} "
             f"{v['solo']:>7.3f}x {v['colocated']:>8.3f}x {s['rollmux']:>12.3f} "
-            f"{s['random']:>7.3f} {s['greedy']:>7.3f}"
+            f"{s['random']:>7.3f} {s['greedy']:>7.3f} {r['alone_cost_share']:>6.3f}"
         )
-    sv, slo = doc["rollmux_saving"], doc["slo_attainment"]
+    sv, slo, alone = doc["rollmux_saving"], doc["slo_attainment"], doc["rollmux_alone_cost_share"]
     for stat in ("min", "mean", "max"):
         rows.append(
             f"{stat:>5} {'':>9} {'':>10} {doc['cost_per_hour']['rollmux'][stat]:>12.1f} "
             f"{sv['solo'][stat]:>7.3f}x {sv['colocated'][stat]:>8.3f}x "
-            f"{slo['rollmux'][stat]:>12.3f} {slo['random'][stat]:>7.3f} {slo['greedy'][stat]:>7.3f}"
+            f"{slo['rollmux'][stat]:>12.3f} {slo['random'][stat]:>7.3f} {slo['greedy'][stat]:>7.3f} "
+            f"{alone[stat]:>6.3f}"
         )
     rows.append(
         f"{doc['jobs']} jobs per trace, {doc['arrival']} arrivals, SLOs from "
         f"U({doc['slo_range'][0]:g}, {doc['slo_range'][1]:g}), seeds {doc['seeds']}; "
-        "min / mean / max: of each column on its own"
+        "min / mean / max: of each column on its own; alone: share of rollmux's $ on jobs "
+        "alone in their group"
     )
     return rows

@@ -48,6 +48,10 @@ def test_every_seed_matches_its_own_comparison_and_workers_change_nothing():
         assert row["cost_per_hour"] == doc["cost_per_hour"]
         assert row["slo_attainment"] == doc["slo_attainment"]
         assert row["rollmux_saving"] == doc["rollmux_saving"]
+        assert row["alone_cost_share"] == doc["cost_share_by_group_size"]["rollmux"].get("1", 0.0)
+        assert row["alone_cost_share_by_slo"] == doc["alone_cost_share_by_slo"]["rollmux"]
+    shares = [r["alone_cost_share"] for r in alone["per_seed"]]
+    assert alone["rollmux_alone_cost_share"]["max"] == max(shares)
     for name, spread in alone["rollmux_saving"].items():
         values = [r["rollmux_saving"][name] for r in alone["per_seed"]]
         assert spread["min"] == min(values) and spread["max"] == max(values)
