@@ -58,7 +58,7 @@ from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseTimes, Pool
 from roll_agentic.mux.rehome import MoveOffer, Rehomer
 from roll_agentic.mux.round_robin import MemberPlan, evaluate_on
 from roll_agentic.mux.slo_check import progress_rate, slo_periods_ok
-from roll_agentic.mux.trim import own_rollout_nodes, trim_offer
+from roll_agentic.mux.trim import could_trim, own_rollout_nodes, trim_offer
 
 # Kept back from every SLO for what plans on typical lengths cannot see: a
 # meta-iteration lasts as long as its slowest phase, and phase lengths vary
@@ -215,7 +215,10 @@ class RollMuxPolicy(RoundRobinPhases):
         own = own_rollout_nodes(group, job_id) if self.spec.rollout_shrink else []
         if not own:
             return ()  # nothing it could release
-        view, (_, options) = self._group_view(group), self._own_plan(group.members[job_id])
+        _, options = self._own_plan(group.members[job_id])
+        if not could_trim(group, job_id, own, {n for n, _ in options}):
+            return ()  # before building the group's view: most looks end here
+        view = self._group_view(group)
         return trim_offer(
             view, group, job_id, own, options, self.spec, self.headroom, self.trim_margin
         )

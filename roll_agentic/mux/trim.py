@@ -36,19 +36,35 @@ def own_rollout_nodes(group: Group, job_id: str) -> list[int]:
     return [n for n in pin.rollout_nodes if group.nodes[n].jobs == [job_id]]
 
 
-def _partner_nodes(view: GroupView, group: Group, job_id: str) -> list[int]:
-    """Rollout nodes of its group it does not use, whose users all share a training node
-    with it and with room for its weights, least loaded first."""
+def _partner_nodes(group: Group, job_id: str, order: list[int]) -> list[int]:
+    """Rollout nodes of its group (in `order`) it does not use, whose users all share a
+    training node with it and with room for its weights."""
     job, pin = group.members[job_id], group.pinning[job_id]
     train = set(pin.train_nodes)
     out = []
-    for nid in view.rollout_order:
+    for nid in order:
         node = group.nodes[nid]
         if job_id in node.jobs or node.mem_free_gb < job.rollout_mem_gb:
             continue
         if all(train & set(group.pinning[j].train_nodes) for j in node.jobs):
             out.append(nid)
     return out
+
+
+def could_trim(group: Group, job_id: str, own: list[int], counts: set[int]) -> bool:
+    """Whether `trim_offer` has a change to weigh at all, judged without the group's view.
+
+    Most looks find none: the job's SLO allows no fewer rollout nodes than
+    it runs on and no partner's node would take its rollouts. `counts`:
+    the rollout node counts its SLO allows (`candidates.rollout_options`).
+    """
+    now = group.pinning[job_id].rollout_nodes
+    if any(len(now) - k in counts for k in range(1, len(own) + 1) if len(now) > k):
+        return True  # fewer of its own nodes
+    if len(own) != len(now):
+        return False  # it shares some: it keeps them, and moves onto partners' only from its own
+    partners = _partner_nodes(group, job_id, list(group.nodes))
+    return bool(partners) and min(counts) <= len(partners)
 
 
 def trim_offer(
@@ -77,7 +93,7 @@ def trim_offer(
     changes = [tuple(x for x in now if x not in own[-k:]) for k in range(1, len(own) + 1)]
     changes = [keep for keep in changes if keep]
     if len(own) == len(now):
-        partners = _partner_nodes(view, group, job_id)
+        partners = _partner_nodes(group, job_id, view.rollout_order)
         changes += [tuple(partners[:n]) for n in range(1, len(partners) + 1)]
     times_of = dict(options)
     at = view.members.index(job_id)

@@ -5,12 +5,14 @@ from dataclasses import replace
 import pytest
 
 from roll_agentic.mux.batch import GroupAssessor
-from roll_agentic.mux.candidates import new_group_placement
+from roll_agentic.mux.candidates import new_group_placement, rollout_options
 from roll_agentic.mux.group import CandidateKind, GroupBook, Placement
+from roll_agentic.mux.group_view import view_of
 from roll_agentic.mux.placement import SLO_HEADROOM, RollMuxPolicy
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
+from roll_agentic.mux.trim import could_trim, own_rollout_nodes, trim_offer
 from roll_agentic.sim.cluster import ClusterSimulator
-from roll_agentic.sim.trace import TraceJob
+from roll_agentic.sim.trace import TraceJob, WorkloadSpec, generate_trace
 
 SPEC = ClusterSpec()
 
@@ -91,3 +93,30 @@ def test_a_simulated_trim_releases_the_node_and_keeps_every_slo():
     assert trimmed.total_cost < full.total_cost
     rollout = [x for x in trimmed.allocations if x.pool == "rollout"]
     assert len(rollout) == 2 and min(x.closed - x.opened for x in rollout) < 3 * 3600
+
+
+def test_the_viewless_screen_skips_only_looks_that_find_no_trim():
+    # Every member of the groups a 60-job trace holds at a few instants:
+    # where `could_trim` says no, the full offer finds nothing either.
+    spec = ClusterSpec(migration=True)
+    trace = generate_trace(5, WorkloadSpec(n_jobs=60, span_days=4.0, h_min=12, h_max=48))
+    screened = offered = found = 0
+    for day in (1.0, 2.0, 3.0):
+        sim = ClusterSimulator(spec, RollMuxPolicy(spec), horizon_s=day * 86400)
+        sim.run(trace.jobs)
+        for group in sim.groups.values():
+            for job_id, job in group.members.items():
+                own = own_rollout_nodes(group, job_id)
+                if not own:
+                    continue
+                options = rollout_options(job, spec, SLO_HEADROOM)
+                keep = trim_offer(
+                    view_of(group, spec), group, job_id, own, options, spec, SLO_HEADROOM, 0.0
+                )
+                if could_trim(group, job_id, own, {n for n, _ in options}):
+                    offered += 1
+                    found += bool(keep)
+                else:
+                    screened += 1
+                    assert keep == ()
+    assert screened > 0 and offered > 0 and found > 0
