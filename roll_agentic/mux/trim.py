@@ -100,7 +100,9 @@ def trim_offer(
     profiles = list(group.members.values())
     n_members = len(profiles)
     best: tuple[int, ...] = ()
-    best_cost = view.cost * n_members / view.rate * (1.0 - margin)
+    # The group's own effective cost needs its rate (a round-robin run, if
+    # not known yet): taken only once a change keeps every SLO.
+    best_cost: float | None = None
     for keep in changes:
         times = times_of.get(len(keep))
         if times is None:
@@ -118,6 +120,8 @@ def trim_offer(
         released = sum(1 for n in own if n not in keep)
         cost = (view.cost - released * spec.price(Pool.ROLLOUT)) * n_members
         rate = progress_rate(periods, profiles, plans)
+        if best_cost is None:
+            best_cost = view.cost * n_members / view.rate * (1.0 - margin)
         if cost / rate < best_cost:
             best, best_cost = keep, cost / rate
     return best
