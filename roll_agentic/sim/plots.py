@@ -1,4 +1,5 @@
-"""PNG plots of a simulated run: phases per node (Gantt) and cost over time."""
+"""PNG plots of a simulated run: phases per node (Gantt), cost over time, and each
+job's slowdown against its SLO."""
 
 from __future__ import annotations
 
@@ -75,6 +76,36 @@ def cost_over_time(results: dict[str, SimResult], path: Path) -> None:
     plt.close(fig)
 
 
+def slowdown_vs_slo(results: dict[str, SimResult], path: Path) -> None:
+    """Each job's slowdown (time from arrival to its last iteration over the same
+    iterations run alone) against its SLO, a panel per policy: above the
+    diagonal, a job missed its SLO."""
+    fig, axes = plt.subplots(1, len(results), figsize=(3.2 * len(results), 3.4), squeeze=False)
+    jobs = [j for r in results.values() for j in r.jobs]
+    lo, hi = min((j.slo for j in jobs), default=1.0), max((j.slo for j in jobs), default=2.0)
+    # Far misses would squash the rest: the axis stops at 3x the loosest SLO.
+    cap = 3.0 * hi
+    top = min(cap, max((j.slowdown for j in jobs), default=hi))
+    for ax, (name, r) in zip(axes[0], results.items(), strict=True):
+        met = [j for j in r.jobs if j.attained]
+        missed = [j for j in r.jobs if not j.attained]
+        ax.scatter([j.slo for j in met], [j.slowdown for j in met], s=6, color="tab:blue", label="met")
+        ax.scatter(
+            [j.slo for j in missed], [j.slowdown for j in missed], s=6, color="tab:red", label="missed"
+        )
+        ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8)  # slowdown = SLO
+        ax.set_ylim(0.95, max(hi, top) * 1.03)
+        off = sum(j.slowdown > cap for j in r.jobs)
+        note = f", {off} above {cap:g}x" if off else ""
+        ax.set_title(f"{name}: {len(met)}/{len(r.jobs)} met{note}", fontsize=9)
+        ax.set_xlabel("SLO (tolerated slowdown)")
+    axes[0][0].set_ylabel("slowdown")
+    axes[0][0].legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def write_plots(results: dict[str, SimResult], out_dir: str | Path) -> list[str]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -85,4 +116,6 @@ def write_plots(results: dict[str, SimResult], out_dir: str | Path) -> list[str]
             written.append(str(out / f"gantt_{name}.png"))
     cost_over_time(results, out / "cost_over_time.png")
     written.append(str(out / "cost_over_time.png"))
+    slowdown_vs_slo(results, out / "slowdown_vs_slo.png")
+    written.append(str(out / "slowdown_vs_slo.png"))
     return written

@@ -89,6 +89,9 @@ def test_cli_compare_json_last_line_and_plots(tmp_path, capsys):
     assert doc["migration"] is True  # long-tail migration is on unless turned off
     assert (tmp_path / "plots" / "cost_over_time.png").stat().st_size > 0
     assert (tmp_path / "plots" / "gantt_rollmux.png").stat().st_size > 0
+    slo_png = tmp_path / "plots" / "slowdown_vs_slo.png"
+    assert slo_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # a real PNG, one panel per policy
+    assert str(slo_png) in doc["plots"]
     # The saved trace replays to the same figures.
     cli.main(["compare", "--trace", str(trace_file), "--json"])
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
