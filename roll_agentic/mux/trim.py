@@ -51,6 +51,18 @@ def _partner_nodes(group: Group, job_id: str, order: list[int]) -> list[int]:
     return out
 
 
+def _changes(group: Group, job_id: str, own: list[int], order: list[int]) -> list[tuple[int, ...]]:
+    """The rollout node sets member `job_id` could move to: fewer of its own nodes, or,
+    if it shares none, partners' nodes (`_partner_nodes`, taken in `order`)."""
+    now = group.pinning[job_id].rollout_nodes
+    changes = [tuple(x for x in now if x not in own[-k:]) for k in range(1, len(own) + 1)]
+    changes = [keep for keep in changes if keep]
+    if len(own) == len(now):
+        partners = _partner_nodes(group, job_id, order)
+        changes += [tuple(partners[:n]) for n in range(1, len(partners) + 1)]
+    return changes
+
+
 def could_trim(group: Group, job_id: str, own: list[int], counts: set[int]) -> bool:
     """Whether `trim_offer` has a change to weigh at all, judged without the group's view.
 
@@ -58,13 +70,7 @@ def could_trim(group: Group, job_id: str, own: list[int], counts: set[int]) -> b
     it runs on and no partner's node would take its rollouts. `counts`:
     the rollout node counts its SLO allows (`candidates.rollout_options`).
     """
-    now = group.pinning[job_id].rollout_nodes
-    if any(len(now) - k in counts for k in range(1, len(own) + 1) if len(now) > k):
-        return True  # fewer of its own nodes
-    if len(own) != len(now):
-        return False  # it shares some: it keeps them, and moves onto partners' only from its own
-    partners = _partner_nodes(group, job_id, list(group.nodes))
-    return bool(partners) and min(counts) <= len(partners)
+    return any(len(keep) in counts for keep in _changes(group, job_id, own, list(group.nodes)))
 
 
 def trim_offer(
@@ -89,12 +95,7 @@ def trim_offer(
     pin = group.pinning[job_id]
     if not own:
         return ()
-    now = pin.rollout_nodes
-    changes = [tuple(x for x in now if x not in own[-k:]) for k in range(1, len(own) + 1)]
-    changes = [keep for keep in changes if keep]
-    if len(own) == len(now):
-        partners = _partner_nodes(group, job_id, view.rollout_order)
-        changes += [tuple(partners[:n]) for n in range(1, len(partners) + 1)]
+    changes = _changes(group, job_id, own, view.rollout_order)
     times_of = dict(options)
     at = view.members.index(job_id)
     profiles = list(group.members.values())

@@ -336,13 +336,11 @@ class ClusterSimulator(JobMoves):
         self._recounts.add(group_id)
 
     def _book_census(self, now: float) -> None:
+        def slo_of(job_id: str) -> float:
+            return self._jobs[job_id].trace.profile.slo  # as submitted, not a banked target
+
         for group_id in self._recounts:
-            self._census.update(
-                group_id,
-                self._book.groups.get(group_id),
-                now,
-                lambda job_id: self._jobs[job_id].trace.profile.slo,  # as submitted, not banked
-            )
+            self._census.update(group_id, self._book.groups.get(group_id), now, slo_of)
         self._recounts.clear()
 
     def _kick(self, node_ids: Iterable[int], now: float) -> None:
