@@ -147,14 +147,20 @@ class RollMuxPolicy(RoundRobinPhases):
     # against 1.61-1.65x once jobs run on fewer rollout nodes where SLOs allow).
     replan_every_h: float = 0.0
     replan_margin: float = 0.02
-    # Placements a re-plan's batch search may try. A re-plan places ~24 to
-    # 40 running jobs on the 200-job trace, so this many buys only the
-    # search's seed orders, no local search. Measured with `--rollout-fifo
-    # --share-any --rehome --replan 12` (seed 0, before FIFO plans allowed
-    # for queueing): 3,200 gave $651.4/h for 19.6 s of re-plan CPU, 400
-    # $658.9/h for 2.6 s, 100 $652.1/h for 2.3 s; `--replan 12` alone,
-    # $698.8/h at 3,200 and $696.6/h at 100.
-    replan_budget: int = 100
+    # Placements a re-plan's batch search may try; 0: no search, one plan
+    # (`replan_plan`). A re-plan places ~24 running jobs, so 100 buys the
+    # search's seed orders under both candidate sets (ten plans), no local
+    # search. Of those ten, dearest first with `share_any` candidates came
+    # out best in 34 of 78 re-plans (seeds 0-1, `--replan 12`), within
+    # 1.025x of the best on average; the next best order was 1.055x. With
+    # `--replan 12`, seeds 0-4 (`sim compare --seeds 0-4`) and 2,000 jobs
+    # (`sim scale`): 100, 1.710x cheaper than solo at 10.3 s of re-plan
+    # CPU; 0, 1.703x at 1.57 s. With all five options beyond the paper:
+    # 1.83x and 1.824x; 30.6 s and 15.6 s in all. (Earlier, with
+    # `--rollout-fifo --share-any --rehome --replan 12`, seed 0: 3,200 gave
+    # $651.4/h for 19.6 s of re-plan CPU, 400 $658.9/h for 2.6 s, 100
+    # $652.1/h for 2.3 s.)
+    replan_budget: int = 0
     # A re-plan re-places the jobs of the groups that save least over solo
     # (`sim/replan.worst_groups`), at least this many (0: every running
     # job): the well-packed groups rarely change, and a re-plan's cost no
@@ -280,13 +286,7 @@ class RollMuxPolicy(RoundRobinPhases):
         budget = self.batch_budget if budget is None else budget
 
         def make_place(variant: Hashable) -> PlaceFn:
-            share, alone = cast(tuple[bool, bool], variant)
-            # A fresh policy per plan: the views cached here key on group
-            # ids, which the scratch copies reuse with other members.
-            return replace(
-                self, share_any=share, shrink_alone=alone, rehome=False,
-                _views={}, _groups={}, _joined={}, _own={}, _prune_at=16,
-            ).place
+            return self._planner(*cast(tuple[bool, bool], variant))
 
         if len(jobs) == 1 or budget <= 0:  # in arrival order, as placed online
             own = make_place((self.share_any, self.shrink_alone))
@@ -302,6 +302,29 @@ class RollMuxPolicy(RoundRobinPhases):
         return search_batch(
             groups, jobs, self.spec, make_place, self.headroom, budget, variants=variants
         )
+
+    def replan_plan(
+        self, groups: Mapping[int, Group], jobs: list[JobProfile], budget: int | None = None
+    ) -> list[BatchStep]:
+        """A re-plan of running `jobs` (`sim/replan.py`): the batch search with
+        `replan_budget` placements or, at 0, one plan: the dearest jobs first,
+        with `share_any` candidates (see `replan_budget`)."""
+        budget = self.replan_budget if budget is None else budget
+        if budget > 0:
+            return self.place_batch(groups, jobs, budget)
+        order = sorted(jobs, key=lambda j: -j.solo_cost_per_hour(self.spec))
+        return build_plan(GroupBook.scratch(groups, self.spec), order, self._planner(True, False))
+
+    def _planner(self, share_any: bool, shrink_alone: bool) -> PlaceFn:
+        """This policy's placement for building one plan on a scratch book.
+
+        A fresh policy per plan: the views cached here key on group ids,
+        which the scratch copies reuse with other members.
+        """
+        return replace(
+            self, share_any=share_any, shrink_alone=shrink_alone, rehome=False,
+            _views={}, _groups={}, _joined={}, _own={}, _prune_at=16,
+        ).place
 
     def _rank_candidates(
         self,

@@ -13,7 +13,6 @@ named below and the node and turn bookkeeping (`_open`, `_release`,
 
 from __future__ import annotations
 
-import functools
 import time as wallclock
 from collections.abc import Callable, Mapping
 
@@ -180,12 +179,13 @@ class JobMoves:
         t0 = wallclock.process_time()
         home = {j: rt.group_id for j, rt in self._jobs.items()}
         policy = self.policy  # RollMux: the only policy that re-plans
-        place_batch = functools.partial(
-            policy.place_batch,  # type: ignore[attr-defined]
-            budget=policy.replan_budget,  # type: ignore[attr-defined]
-        )
         self._replanner.plan(
-            self._book.groups, home, place_batch, self.spec, self.headroom, self._turns.joins
+            self._book.groups,
+            home,
+            policy.replan_plan,  # type: ignore[attr-defined]
+            self.spec,
+            self.headroom,
+            self._turns.joins,
         )
         self._replan_s += wallclock.process_time() - t0
 

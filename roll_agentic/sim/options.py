@@ -23,6 +23,7 @@ class RollMuxOptions:
     share_any: bool = False  # candidates sharing any subset of a group's nodes
     replan_every_h: float = 0.0  # re-place the least-saving groups' jobs this often (0: never)
     bank_slack: bool = False  # hold running jobs to their whole run's SLO (`mux/slack.py`)
+    replan_budget: int = 0  # placements a re-plan's search may try (0: one plan, dearest first)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RollMuxOptions:
@@ -32,6 +33,7 @@ class RollMuxOptions:
             share_any=args.share_any,
             replan_every_h=getattr(args, "replan", 0.0),
             bank_slack=args.bank_slack,
+            replan_budget=getattr(args, "replan_budget", 0),
         )
 
     def policy(self, spec: ClusterSpec, **settings: object) -> RollMuxPolicy:
@@ -55,7 +57,11 @@ class RollMuxOptions:
             )
             if doc.get(key)
         ]
-        return flags + ([f"--replan {doc['replan_every_h']:g}"] if doc.get("replan_every_h") else [])
+        if doc.get("replan_every_h"):
+            flags.append(f"--replan {doc['replan_every_h']:g}")
+            if doc.get("replan_budget"):
+                flags.append(f"--replan-budget {doc['replan_budget']}")
+        return flags
 
 
 DEFAULT_OPTIONS = RollMuxOptions()  # none beyond what RollMux does by default

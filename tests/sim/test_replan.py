@@ -134,6 +134,32 @@ def test_replans_search_with_their_own_budget(monkeypatch):
     assert budgets and set(budgets) == {37}
 
 
+def test_a_replan_builds_one_plan_dearest_first_with_share_any(monkeypatch):
+    # Default `replan_budget` 0: no search, one plan over the jobs dearest
+    # first, each placed with `share_any` candidates.
+    import roll_agentic.mux.placement as placement
+
+    searched = []
+    monkeypatch.setattr(placement, "search_batch", lambda *a, **kw: searched.append(a))
+    jobs = [prof(0, 0.5), prof(1, 0.6, n_r=2), prof(2, 0.4, n_t=2), prof(3, 0.3, n_r=4, n_t=2)]
+    policy = RollMuxPolicy(SPEC)
+    steps = policy.replan_plan({}, jobs)
+    assert not searched
+    assert [s.job.job_id for s in steps] == ["j3", "j2", "j1", "j0"]
+    dearest = sorted(jobs, key=lambda j: -j.solo_cost_per_hour(SPEC))
+    shared = RollMuxPolicy(SPEC, share_any=True)
+    book, expected = GroupBook.scratch({}, SPEC), []
+    for j in dearest:
+        expected.append(shared.place(book.groups, j))
+        book.apply(expected[-1], j)
+    assert [s.placement for s in steps] == expected
+    assert any(p.kind is not CandidateKind.NEW_GROUP for p in expected)  # they share
+    # A budget brings the search back.
+    monkeypatch.setattr(placement, "search_batch", lambda *a, **kw: searched.append(a[5]) or [])
+    RollMuxPolicy(SPEC, replan_budget=100).replan_plan({}, jobs)
+    assert searched == [100]
+
+
 def test_cli_replan_flag(capsys):
     import json
 
@@ -142,6 +168,10 @@ def test_cli_replan_flag(capsys):
     cli.main(["compare", "--jobs", "12", "--seed", "1", "--replan", "6", "--json"])
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert doc["rollmux_options"]["replan_every_h"] == 6.0
+    assert doc["rollmux_options"]["replan_budget"] == 0
+    cli.main(["compare", "--jobs", "12", "--seed", "1", "--replan", "6", "--replan-budget", "100"])
+    out = capsys.readouterr().out
+    assert "--replan 6 --replan-budget 100" in out
     with pytest.raises(SystemExit):
         cli.main(["compare", "--replan", "-1"])
     assert "positive number of hours" in capsys.readouterr().err
