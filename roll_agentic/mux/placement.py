@@ -137,14 +137,13 @@ class RollMuxPolicy(RoundRobinPhases):
     # and $729/h, and 2,000 jobs took less scheduler time.
     max_members: int = 6
     # Every this many hours, re-place the jobs of the groups that save least
-    # (`replan_jobs`) from scratch with the batch search and move them
-    # between iterations when that is cheaper by `replan_margin`
-    # (`sim/replan.py`; 0: never). Not in the paper. Off by default for its
-    # scheduler time: each re-plan searches a batch of ~24 jobs, hundreds of
-    # times over a 2,000-job trace (10.4 s of CPU in all, against the 1 s
-    # bar). Measured on the 200-job trace (seeds 0-4) at 12 h: 1.66-1.73x
-    # cheaper than solo instead of 1.51-1.58x, SLOs all met (1.68-1.74x
-    # against 1.61-1.65x once jobs run on fewer rollout nodes where SLOs allow).
+    # (`replan_jobs`) from scratch (`replan_plan`) and move them between
+    # iterations when that is cheaper by `replan_margin` (`sim/replan.py`;
+    # 0: never). Not in the paper. Off by default for its scheduler time:
+    # each re-plan places ~24 jobs, hundreds of times over a 2,000-job
+    # trace (1.6 s of CPU in all, against the 1 s bar, on top of the rest).
+    # Measured on the 200-job trace (seeds 0-4) at 12 h: 1.66-1.76x cheaper
+    # than solo instead of 1.61-1.65x, SLOs all met.
     replan_every_h: float = 0.0
     replan_margin: float = 0.02
     # Placements a re-plan's batch search may try; 0: no search, one plan

@@ -4,9 +4,10 @@ Beyond the paper, which places a job once, on arrival. Jobs then leave at
 their own times, and the groups they leave behind keep their shape;
 `sim repack` measures what that costs (the running jobs of the 200-job
 trace, re-placed at once, would cost 1.14-1.18x less). Every
-`RollMuxPolicy.replan_every_h` hours the simulator asks the policy's batch
-search for a fresh placement of the running jobs of the groups that save
-least (`worst_groups`, at least `RollMuxPolicy.replan_jobs` jobs), and
+`RollMuxPolicy.replan_every_h` hours the simulator asks the policy for a
+fresh placement of the running jobs of the groups that save least
+(`worst_groups`, at least `RollMuxPolicy.replan_jobs` jobs;
+`RollMuxPolicy.replan_plan`: one plan, dearest first, or a batch search), and
 adopts it when it is cheaper by `replan_margin` ($/h per unit of progress
 over those groups, on plans):
 
@@ -70,8 +71,8 @@ def worst_groups(
 
     A group's score is its $/h per unit of progress over its members' mean
     solo $/h: 1 for a job alone (no saving), lower the better it packs. A
-    re-plan that searches only these jobs gives its batch search the same
-    budget for fewer jobs, and its cost no longer grows with the cluster.
+    re-plan that places only these jobs costs the same however large the
+    cluster grows.
     """
 
     def waste(g: Group) -> float:
