@@ -81,7 +81,7 @@ def _replan_option(p: argparse.ArgumentParser) -> None:
         default=0,
         metavar="N",
         help="with --replan: placements each re-plan's search may try (100: the search's ten "
-        "seed plans, about 6x the time for 0.4 %% more saving); default 0: one plan, the "
+        "seed plans, about 7x the re-plans' time for 0.4 %% more saving); default 0: one plan, the "
         "dearest jobs first",
     )
 

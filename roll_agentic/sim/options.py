@@ -27,7 +27,12 @@ class RollMuxOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RollMuxOptions:
-        """The options a parsed `sim` command line sets (a command without `--replan` has none)."""
+        """The options a parsed `sim` command line sets (a command without `--replan` has none).
+
+        ValueError on a flag that would do nothing: `--replan-budget` without `--replan`.
+        """
+        if getattr(args, "replan_budget", 0) and not getattr(args, "replan", 0.0):
+            raise ValueError("--replan-budget sets what each re-plan searches: give --replan HOURS too")
         return cls(
             rehome=args.rehome,
             share_any=args.share_any,

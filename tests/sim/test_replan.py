@@ -172,6 +172,8 @@ def test_cli_replan_flag(capsys):
     cli.main(["compare", "--jobs", "12", "--seed", "1", "--replan", "6", "--replan-budget", "100"])
     out = capsys.readouterr().out
     assert "--replan 6 --replan-budget 100" in out
+    assert cli.main(["compare", "--jobs", "12", "--replan-budget", "100"]) == 2
+    assert "give --replan HOURS too" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["compare", "--replan", "-1"])
     assert "positive number of hours" in capsys.readouterr().err
