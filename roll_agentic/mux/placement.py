@@ -185,16 +185,15 @@ class RollMuxPolicy(RoundRobinPhases):
     # nodes), so arrivals do not take it.
     shrink_alone: bool = False
     # Hold a running job to the slowdown its whole run can still take
-    # (`slack.py`): the simulator re-targets its SLO at an iteration end once
+    # (`slack.py`): the simulator re-targets its SLO, at the iteration ends
+    # where it looks at the job anyway (alone, or its group changed), once
     # that moves by `bank_step` of it. Not in the paper. Off by default for
     # its scheduler time: on the 200-job trace (seeds 0-4) it takes the mean
-    # saving over solo from 1.622x to 1.648x (with every option beyond the
-    # paper, 1.79x to 1.83x), SLOs all met, but 2,000 jobs then take about
-    # 2.9x the scheduler time (2.67 s against 0.93 s, one run each): every
-    # job's target is re-taken at every iteration end, lone jobs are offered
-    # the groups whose tightest member's target eased, and new targets
-    # refresh views. A step of 0.05 costs less for 1.637x
-    # (every option: 1.82x; seed 0 1.787x against 1.802x at 0.02).
+    # saving over solo from 1.622x to 1.648x, SLOs all met, but 2,000 jobs
+    # then take 1.0 s against 0.8 s: eased targets give lone jobs groups to
+    # look at again, and refresh views. Re-taking every job's target at
+    # every iteration end saved the same (1.648x) at 2.67 s. A step of 0.05
+    # saved less (1.634x) for little time (0.96 s).
     bank_slack: bool = False
     bank_step: float = 0.02
     name: str = "rollmux"

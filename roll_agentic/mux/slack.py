@@ -8,12 +8,15 @@ or in a group paced by a tighter member) ends well inside its SLO, and the
 slack it did not use buys nothing. Banked, it lets the job's remaining
 iterations run slower, which gives its group room for another member.
 
-The simulator (with `RollMuxPolicy.bank_slack`) re-profiles each running
-job's SLO at its iteration ends as `remaining_slo` says; every check then
-works unchanged on the new target. The headroom placement keeps back is
-charged on the time already spent too, so the whole run, not only its
-rest, keeps the margin. Not in the paper, which holds each iteration to
-the SLO.
+The simulator (with `RollMuxPolicy.bank_slack`) re-profiles a running
+job's SLO as `remaining_slo` says at the iteration ends where it looks at
+the job anyway (alone, or its group changed); every check then works
+unchanged on the new target. The others keep theirs: a job that runs
+within its target never needs a lower one (an iteration at the pace the
+target allows leaves the next target at least as high). The headroom
+placement keeps back is charged on the time already spent too, so the
+whole run, not only its rest, keeps the margin. Not in the paper, which
+holds each iteration to the SLO.
 """
 
 from __future__ import annotations

@@ -33,8 +33,9 @@ What it models (and what it does not):
   another group between two iterations; the move pays a cold start on
   each of its first phases there; RollMux may also trim its rollout nodes.
   One with `replan_every_h` re-places its least-saving groups' jobs the same way.
-  One with `bank_slack` has each job's SLO target re-set at its iteration
-  ends to what its whole run can still take (`mux/slack.py`). These
+  One with `bank_slack` has a job's SLO target re-set, at the iteration
+  ends where it is looked at (`_screen`), to what its whole run can still
+  take (`mux/slack.py`). These
   between-iteration changes are in `moves.py`.
 - Every change of a group's members or nodes is booked (`census.py`):
   what each run spent per group size and, on jobs alone in their group,
@@ -270,8 +271,10 @@ class ClusterSimulator(JobMoves):
         Only for a member of a group that changed since its last look (it
         may be alone now, or trim its rollout nodes), a job alone in its
         group (a move may pay once any group changes), or any job when the
-        policy re-targets SLOs (`bank_slack`), moves any member (`rehome`)
-        or a re-plan has moves pending. At 2,000 jobs that skips ~90 % of
+        policy moves any member (`rehome`) or a re-plan has moves pending.
+        With `bank_slack` the jobs looked at have their SLO targets re-taken
+        (`_bank`); the others keep theirs, which is safe: a job that runs
+        at its planned pace never needs a lower target (`mux/slack.py`). At 2,000 jobs that skips ~90 % of
         ~290,000 iteration ends with one set lookup; what is decided for
         the rest is timed, the checks that find nothing to do included.
         """
@@ -287,7 +290,7 @@ class ClusterSimulator(JobMoves):
         if job_id in self._watch:
             self._watch.discard(job_id)
             return True
-        return self.bank_slack or self.rehome or bool(self._replanner.targets)
+        return self.rehome or bool(self._replanner.targets)
 
     def _stays_alone(self, rt: JobRuntime) -> bool:
         """No group could take this job, however the groups change (its SLO target is too tight)."""

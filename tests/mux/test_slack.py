@@ -32,3 +32,21 @@ def test_with_few_iterations_left_the_target_is_capped():
 
 def test_a_finished_job_keeps_its_slo():
     assert remaining_slo(1.3, ITER_S, 1000.0, 1000.0, 0, HEADROOM) == 1.3
+
+
+def test_a_job_running_at_its_planned_pace_never_needs_a_lower_target():
+    # Why the simulator may leave a job's target alone between looks: an
+    # iteration run within the target (at most target x its solo time, less
+    # the headroom) leaves the next target at least as high.
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        slo = rng.uniform(1.0, 2.0)
+        left = int(rng.integers(2, 40))
+        done = float(rng.integers(0, 40)) * ITER_S
+        elapsed = done * rng.uniform(0.8, 2.2)
+        target = remaining_slo(slo, ITER_S, elapsed, done, left, HEADROOM)
+        period = target * ITER_S / (1.0 + HEADROOM) * rng.uniform(0.5, 1.0)
+        after = remaining_slo(slo, ITER_S, elapsed + period, done + ITER_S, left - 1, HEADROOM)
+        assert after >= target - 1e-9

@@ -32,3 +32,15 @@ def test_every_job_is_judged_on_the_slo_it_was_submitted_with_and_keeps_it():
     assert {o.job_id: o.slo for o in result.jobs} == SUBMITTED
     assert all(o.iters_done == o.n_iters for o in result.jobs)
     assert result.slo_attainment == 1.0
+
+
+def test_only_the_jobs_looked_at_are_retargeted(monkeypatch):
+    # Targets are re-taken at the iteration ends the simulator looks at
+    # anyway (a job alone, or whose group changed): not at every one.
+    calls = []
+    real = ClusterSimulator._bank
+    monkeypatch.setattr(ClusterSimulator, "_bank", lambda self, rt, now: calls.append(1) or real(self, rt, now))
+    result = ClusterSimulator(SPEC, RollMuxPolicy(SPEC, bank_slack=True)).run(TRACE.jobs)
+    ends = sum(o.iters_done - 1 for o in result.jobs)  # iteration ends before a job's last
+    assert 0 < len(calls) < ends / 2
+    assert result.slo_attainment == 1.0
