@@ -142,7 +142,7 @@ class RollMuxPolicy(RoundRobinPhases):
     # 0: never). Not in the paper. Off by default for its scheduler time:
     # each re-plan places ~24 jobs, hundreds of times over a 2,000-job
     # trace (1.6 s of CPU in all, against the 1 s bar, on top of the rest).
-    # Measured on the 200-job trace (seeds 0-4) at 12 h: 1.66-1.76x cheaper
+    # Measured on the 200-job trace (seeds 0-4) at 12 h: 1.66-1.77x cheaper
     # than solo instead of 1.61-1.65x, SLOs all met.
     replan_every_h: float = 0.0
     replan_margin: float = 0.02
@@ -154,8 +154,8 @@ class RollMuxPolicy(RoundRobinPhases):
     # 1.025x of the best on average; the next best order was 1.055x. With
     # `--replan 12`, seeds 0-4 (`sim compare --seeds 0-4`) and 2,000 jobs
     # (`sim scale`): 100, 1.710x cheaper than solo at 10.3 s of re-plan
-    # CPU; 0, 1.703x at 1.57 s. With all five options beyond the paper:
-    # 1.83x and 1.824x; 30.6 s and 15.6 s in all. (Earlier, with
+    # CPU; 0, 1.703x at 1.50-1.57 s. With all five options beyond the
+    # paper: 1.830x and 1.824x; 29.9 s and 14.1 s in all. (Earlier, with
     # `--rollout-fifo --share-any --rehome --replan 12`, seed 0: 3,200 gave
     # $651.4/h for 19.6 s of re-plan CPU, 400 $658.9/h for 2.6 s, 100
     # $652.1/h for 2.3 s.)

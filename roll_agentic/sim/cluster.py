@@ -272,11 +272,12 @@ class ClusterSimulator(JobMoves):
         may be alone now, or trim its rollout nodes), a job alone in its
         group (a move may pay once any group changes), or any job when the
         policy moves any member (`rehome`) or a re-plan has moves pending.
-        With `bank_slack` the jobs looked at have their SLO targets re-taken
-        (`_bank`); the others keep theirs, which is safe: a job that runs
-        at its planned pace never needs a lower target (`mux/slack.py`). At 2,000 jobs that skips ~90 % of
-        ~290,000 iteration ends with one set lookup; what is decided for
-        the rest is timed, the checks that find nothing to do included.
+        At 2,000 jobs that skips ~90 % of ~290,000 iteration ends with one
+        set lookup; what is decided for the rest is timed, the checks that
+        find nothing to do included. With `bank_slack` the jobs looked at
+        have their SLO targets re-taken (`_bank`); the others keep theirs,
+        which is safe: a job that runs at its planned pace never needs a
+        lower target (`mux/slack.py`).
         """
         touched = self._book.touched
         if touched:
