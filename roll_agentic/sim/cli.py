@@ -276,7 +276,11 @@ def _scale(args: argparse.Namespace) -> int:
         spec=_spec(args),
         options=RollMuxOptions.from_args(args),
     )
-    return _emit(args, doc, scale_table(doc))
+    rows = scale_table(doc)
+    flags = RollMuxOptions.flags(doc["rollmux_options"])
+    if flags:  # beside the SLO line, which names the rollout nodes' service
+        rows[4] += f"; beyond the paper: {' '.join(flags)}"
+    return _emit(args, doc, rows)
 
 
 def _repack(args: argparse.Namespace) -> int:

@@ -331,6 +331,7 @@ def scale(
         "migration": spec.migration,
         "rollout_shrink": spec.rollout_shrink,
         "rollout_fifo": spec.rollout_fifo,
+        "rollmux_options": options.as_doc(),
         "cluster": cluster_summary(spec),
         "simulation_wall_s": round(time.perf_counter() - t0, 2),
     }

@@ -163,6 +163,13 @@ def test_cli_scale_prints_the_total_against_the_paper_then_its_parts(capsys):
     assert "moves; trims and checks too)" in parts["between iterations"]
     assert lines[4].startswith("SLO attainment 1.0; long-tail migration on; rollout nodes in round-robin turns")
     assert "H20 x8, 1 per GPU-hour" in lines[5] and "H800 x8, 2.85 per GPU-hour" in lines[5]
+    assert "beyond the paper" not in lines[4]
+    options = ["scale", "--jobs", "40", "--seed", "1", "--bank-slack", "--replan", "6"]
+    assert cli.main(options) == 0
+    assert capsys.readouterr().out.splitlines()[4].endswith("; beyond the paper: --bank-slack --replan 6")
+    assert cli.main([*options, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert doc["rollmux_options"]["bank_slack"] is True and doc["rollmux_options"]["replan_every_h"] == 6.0
 
 
 def test_cli_optimality_reports_rollmux_and_what_the_optimum_saves(capsys):
