@@ -93,13 +93,9 @@ class RollMuxPolicy(RoundRobinPhases):
     # Offer a job left alone on its training nodes (its partners finished)
     # to groups that gained room, between iterations; the simulator pays
     # the cold start of the move. Such a job pays for its dear nodes as if
-    # solo otherwise. (Jobs alone in their group only, before: $781/h ->
-    # $765/h with migration on the 200-job trace, seed 0; 2,000 jobs take
-    # 0.85 s of scheduler time in all.)
-    # Not in the paper (it places on arrival only). Measured on the 200-job
-    # trace (seed 0) with effective-cost choice: $862/h without, $823/h
-    # with; SLOs all met there and on 2,000 jobs. (Under first-come-first-
-    # served nodes, movers re-entered mid-rhythm and missed SLOs.)
+    # solo otherwise. Not in the paper (it places on arrival only).
+    # Measured on the 200-job trace (seed 0) with effective-cost choice:
+    # $862/h without, $823/h with; SLOs all met there and on 2,000 jobs.
     regroup: bool = True
     # With regroup: offer every member a move, not only lone ones
     # (`rehome.py`); a move must save `move_margin` x the job's solo $/h. Off by
@@ -124,10 +120,9 @@ class RollMuxPolicy(RoundRobinPhases):
     # Jobs that arrive at one instant (a sweep) are placed as a batch
     # (`batch.py`): placements tried per batch (plans x jobs; each plan is a
     # run of this policy over one order of the jobs); 0: one by one in
-    # arrival order. On the 20 static
-    # instances of `sim optimality` (seed 0) the plans went from within
-    # 1.45x of the optimum's (arrival order) to within 1.005x, and the
-    # simulated runs from 1.15x to 1.008x.
+    # arrival order. On the 20 static instances of `sim optimality` (seed
+    # 0) the plans went from within 1.45x of the optimum's (arrival order)
+    # to within 1.005x, and the simulated runs from 1.15x to 1.008x.
     batch_budget: int = 3200
     # Groups of this many members take no more. Only `share_any` grows
     # groups this large (members pinned to different training nodes under
@@ -147,18 +142,10 @@ class RollMuxPolicy(RoundRobinPhases):
     replan_every_h: float = 0.0
     replan_margin: float = 0.02
     # Placements a re-plan's batch search may try; 0: no search, one plan
-    # (`replan_plan`). A re-plan places ~24 running jobs, so 100 buys the
-    # search's seed orders under both candidate sets (ten plans), no local
-    # search. Of those ten, dearest first with `share_any` candidates came
-    # out best in 34 of 78 re-plans (seeds 0-1, `--replan 12`), within
-    # 1.025x of the best on average; the next best order was 1.055x. With
-    # `--replan 12`, seeds 0-4 (`sim compare --seeds 0-4`) and 2,000 jobs
-    # (`sim scale`): 100, 1.710x cheaper than solo at 10.3 s of re-plan
-    # CPU; 0, 1.703x at 1.50-1.57 s. With all five options beyond the
-    # paper: 1.830x and 1.824x; 29.9 s and 14.1 s in all. (Earlier, with
-    # `--rollout-fifo --share-any --rehome --replan 12`, seed 0: 3,200 gave
-    # $651.4/h for 19.6 s of re-plan CPU, 400 $658.9/h for 2.6 s, 100
-    # $652.1/h for 2.3 s.)
+    # (`replan_plan`: dearest first with `share_any` candidates, the best of
+    # the search's ten seed plans in 34 of 78 re-plans, within 1.025x of the
+    # best on average). `--replan 12` on seeds 0-4 and 2,000 jobs: 100 gave
+    # 1.710x over solo at 10.3 s of re-plan CPU, 0 gives 1.703x at 1.5 s.
     replan_budget: int = 0
     # A re-plan re-places the jobs of the groups that save least over solo
     # (`sim/replan.worst_groups`), at least this many (0: every running
@@ -185,15 +172,12 @@ class RollMuxPolicy(RoundRobinPhases):
     # nodes), so arrivals do not take it.
     shrink_alone: bool = False
     # Hold a running job to the slowdown its whole run can still take
-    # (`slack.py`): the simulator re-targets its SLO, at the iteration ends
-    # where it looks at the job anyway (alone, or its group changed), once
-    # that moves by `bank_step` of it. Not in the paper. Off by default for
-    # its scheduler time: on the 200-job trace (seeds 0-4) it takes the mean
-    # saving over solo from 1.622x to 1.648x, SLOs all met, but 2,000 jobs
-    # then take 1.0 s against 0.8 s: eased targets give lone jobs groups to
-    # look at again, and refresh views. Re-taking every job's target at
-    # every iteration end saved the same (1.648x) at 2.67 s. A step of 0.05
-    # saved less (1.634x) for little time (0.96 s).
+    # (`slack.py`): the simulator re-targets its SLO, where it looks at the
+    # job anyway (alone, or its group changed), once that moves by
+    # `bank_step` of it. Not in the paper. Off by default for its scheduler
+    # time: seeds 0-4 go from 1.622x to 1.648x over solo, SLOs all met, but
+    # 2,000 jobs take 1.0 s against 0.8 s (eased targets send lone jobs
+    # looking again, and refresh views).
     bank_slack: bool = False
     bank_step: float = 0.02
     name: str = "rollmux"

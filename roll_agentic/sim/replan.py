@@ -114,16 +114,18 @@ class Replanner:
         self,
         groups: Mapping[int, Group],
         home: Mapping[str, int],
-        place_batch,
+        place_jobs,
         spec: ClusterSpec,
         headroom: float,
         joins: int,
     ) -> bool:
         """Re-place the running jobs; adopt the plan if it is cheaper by `margin`.
 
-        `home`: each job's current group; `joins`: the next round-robin
-        position, so planned members keep the plan's order among themselves
-        and go after every job already running. With `limit`, only the jobs
+        `place_jobs(groups, jobs)`: the plan's steps on a scratch copy of
+        `groups` (`RollMuxPolicy.replan_plan`); `home`: each job's current
+        group; `joins`: the next round-robin position, so planned members
+        keep the plan's order among themselves and go after every job
+        already running. With `limit`, only the jobs
         of the groups that save least (`worst_groups`) are re-placed.
         """
         if self.targets:
@@ -136,7 +138,7 @@ class Replanner:
             return False
         current = assessor.objective(groups.values())
         plan = GroupBook(spec)
-        apply_batch(plan, place_batch(plan.groups, running))
+        apply_batch(plan, place_jobs(plan.groups, running))
         if assessor.objective(plan.groups.values()) >= current * (1.0 - self.margin):
             return False
         self.replans += 1
