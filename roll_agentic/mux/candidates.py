@@ -48,7 +48,7 @@ def node_loads(group: Group, spec: ClusterSpec) -> dict[int, float]:
     """Planned phase seconds per meta-iteration on each node of the group."""
     load = {nid: 0.0 for nid in group.nodes}
     for job_id, pin in group.pinning.items():
-        t = planned(group.times(job_id, spec), group.members[job_id])
+        t = group.planned_times(job_id, spec)
         for nid in pin.nodes_for(Pool.ROLLOUT):
             load[nid] += t.roll_node_s
         for nid in pin.train_nodes:

@@ -82,6 +82,12 @@ class Group:
     pinning: dict[str, Pinning] = field(default_factory=dict)  # insertion order = RR order
     version: int = 0  # bumped on every change of members or pinning: cached views key on it
     targets: int = 0  # bumped when a member's SLO target moves (`mux/slack.py`): views' budgets
+    # Each member's phase times, worst case and planned, kept while its
+    # profile, pinning and cluster stand: the simulator asks at every phase,
+    # placement at every view it builds.
+    _times: dict[str, tuple[JobProfile, Pinning, ClusterSpec, PhaseTimes, PhaseTimes]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def node_ids(self, pool: Pool) -> list[int]:
         return [n.node_id for n in self.nodes.values() if n.pool is pool]
@@ -94,10 +100,23 @@ class Group:
         return sum(spec.price(n.pool) for n in self.nodes.values() if n.jobs == [job_id])
 
     def times(self, job_id: str, spec: ClusterSpec) -> PhaseTimes:
-        pin = self.pinning[job_id]
-        return phase_times(
-            self.members[job_id], len(pin.rollout_nodes), len(pin.train_nodes), pin.colocated, spec
-        )
+        """Member `job_id`'s worst-case phase times on its pinning."""
+        return self._member_times(job_id, spec)[3]
+
+    def planned_times(self, job_id: str, spec: ClusterSpec) -> PhaseTimes:
+        """Member `job_id`'s typical phase times on its pinning (what plans run on)."""
+        return self._member_times(job_id, spec)[4]
+
+    def _member_times(
+        self, job_id: str, spec: ClusterSpec
+    ) -> tuple[JobProfile, Pinning, ClusterSpec, PhaseTimes, PhaseTimes]:
+        job, pin = self.members[job_id], self.pinning[job_id]
+        known = self._times.get(job_id)
+        if known is not None and known[0] is job and known[1] is pin and known[2] is spec:
+            return known
+        worst = phase_times(job, len(pin.rollout_nodes), len(pin.train_nodes), pin.colocated, spec)
+        known = self._times[job_id] = (job, pin, spec, worst, planned(worst, job))
+        return known
 
 
 def group_cycle_and_load(group: Group, spec: ClusterSpec) -> tuple[float, float]:
@@ -111,7 +130,7 @@ def group_cycle_and_load(group: Group, spec: ClusterSpec) -> tuple[float, float]
     cycle = 0.0
     load: dict[int, float] = {}
     for job_id, pin in group.pinning.items():
-        t = planned(group.times(job_id, spec), group.members[job_id])
+        t = group.planned_times(job_id, spec)
         cycle = max(cycle, t.iter_s)
         for nid in pin.nodes_for(Pool.ROLLOUT):
             load[nid] = load.get(nid, 0.0) + t.roll_node_s + spec.warm_switch_s
@@ -192,6 +211,7 @@ class GroupBook:
         group = self.groups[self.job_group.pop(job_id)]
         job = group.members.pop(job_id)
         pin = group.pinning.pop(job_id)
+        group._times.pop(job_id, None)
         group.version += 1
         if self.touched is not None:
             self.touched.add(group.group_id)

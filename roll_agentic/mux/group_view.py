@@ -73,12 +73,21 @@ def view_of(group: Group, spec: ClusterSpec, rate: float | None = None) -> Group
         for n in m.train_nodes:
             load[n] += m.times.train_s + spec.warm_switch_s
     cycle = max(m.times.iter_s for m in plans)
+    # One pass over the nodes for both pools: ids, least free memory, $/h
+    # (summed in the nodes' order, as `Group.cost_per_hour` does).
+    ids: dict[Pool, list[int]] = {Pool.TRAIN: [], Pool.ROLLOUT: []}
+    room = {Pool.TRAIN: float("inf"), Pool.ROLLOUT: float("inf")}
+    cost = 0.0
+    for nid, node in group.nodes.items():
+        ids[node.pool].append(nid)
+        room[node.pool] = min(room[node.pool], node.mem_free_gb)
+        cost += spec.price(node.pool)
 
     def order(pool: Pool) -> list[int]:
-        return sorted(group.node_ids(pool), key=lambda nid: (load[nid], nid))
+        return sorted(ids[pool], key=lambda nid: (load[nid], nid))
 
-    def room(pool: Pool) -> float:
-        return min((n.mem_free_gb for n in group.nodes.values() if n.pool is pool), default=0.0)
+    def least_room(pool: Pool) -> float:
+        return room[pool] if ids[pool] else 0.0
 
     top = max(load.values())
     colocated = any(p.colocated for p in group.pinning.values())
@@ -91,12 +100,12 @@ def view_of(group: Group, spec: ClusterSpec, rate: float | None = None) -> Group
         top,
         sum(load.values()),
         budget,
-        group.cost_per_hour(spec),
+        cost,
         order(Pool.TRAIN),
         order(Pool.ROLLOUT),
         colocated,
-        room(Pool.TRAIN),
-        room(Pool.ROLLOUT),
+        least_room(Pool.TRAIN),
+        least_room(Pool.ROLLOUT),
         group.version,
         group.targets,
         tuple(group.members.values()),

@@ -33,23 +33,19 @@ class RepeatWatch:
         train_nodes: Sequence[Sequence[int]],
         n_nodes: int,
     ):
-        parent = list(range(n_nodes))
-
-        def root(i: int) -> int:
-            while parent[i] != i:
-                parent[i] = parent[parent[i]]
-                i = parent[i]
-            return i
-
+        # Components by relabelling: groups have a handful of nodes, and a
+        # plain list beats a union-find's calls at that size.
+        comp = list(range(n_nodes))
         for r_ns, t_ns in zip(roll_nodes, train_nodes, strict=True):
-            ns = [*r_ns, *t_ns]
+            ns = (*r_ns, *t_ns)
+            keep = comp[ns[0]]
             for n in ns[1:]:
-                parent[root(n)] = root(ns[0])
-        self._node_root = [root(n) for n in range(n_nodes)]
+                old = comp[n]
+                if old != keep:
+                    comp = [keep if c == old else c for c in comp]
+        self._node_root = comp
         # A member's component: that of its first node (every member has one).
-        self._member_root = [
-            self._node_root[(*r, *t)[0]] for r, t in zip(roll_nodes, train_nodes, strict=True)
-        ]
+        self._member_root = [comp[(*r, *t)[0]] for r, t in zip(roll_nodes, train_nodes, strict=True)]
         self._free: list[float] | None = None
         self._last: list[int] = []
         self._ready: list[float] = []

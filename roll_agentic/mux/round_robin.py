@@ -28,7 +28,6 @@ from roll_agentic.mux.profile import (
     PhaseKind,
     PhaseTimes,
     Pool,
-    planned,
 )
 from roll_agentic.mux.repeat_watch import RepeatWatch
 
@@ -64,7 +63,7 @@ def members_of(group: Group, spec: ClusterSpec) -> list[MemberPlan]:
     """The group's members on their typical phase lengths (`profile.planned`)."""
     return [
         MemberPlan(
-            planned(group.times(j, spec), group.members[j]),
+            group.planned_times(j, spec),
             pin.nodes_for(Pool.ROLLOUT),
             pin.train_nodes,
         )

@@ -4,7 +4,7 @@ A group's nodes cost their $/h whatever shares them. The census follows
 every group from one change of its members or nodes to the next and books
 each stretch's cost under the group's member count; a group of one member
 (a job running as it would under solo) is booked under that job's SLO as
-well. Judged by the SLO the job was submitted with, in bands: under 1.05 a
+well. Judged by the SLO the job was submitted with, in bands: under 1.03 a
 job tolerates less slowdown than RollMux keeps back for run-time variance
 (`placement.SLO_HEADROOM`), so it can never share; the higher the band, the
 more room a partner has. The stretches add up to the run's node cost
@@ -18,12 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from roll_agentic.mux.group import Group
+from roll_agentic.mux.placement import SLO_HEADROOM
 from roll_agentic.mux.profile import ClusterSpec
 
+_NEVER_SHARES = 1.0 + SLO_HEADROOM  # SLOs below this run alone for life
 # (upper bound, label) of the SLO bands a lone job's cost is booked under.
 SLO_BANDS: tuple[tuple[float, str], ...] = (
-    (1.05, "<1.05"),
-    (1.2, "1.05-1.2"),
+    (_NEVER_SHARES, f"<{_NEVER_SHARES:g}"),
+    (1.2, f"{_NEVER_SHARES:g}-1.2"),
     (1.5, "1.2-1.5"),
     (float("inf"), ">=1.5"),
 )

@@ -100,6 +100,9 @@ class ClusterSimulator(JobMoves):
         # Jobs to look at when their iteration ends: members of groups that
         # changed since, and jobs alone in their group (`_screen`).
         self._watch: set[str] = set()
+        # Jobs alone in their group, each with the count of room changes
+        # when it last looked: a move can pay only once a group gained room.
+        self._lone: dict[str, int] = {}
         self._events = EventQueue()
         self._nodes: dict[int, NodeRuntime] = {}
         self._jobs: dict[str, JobRuntime] = {}
@@ -256,13 +259,14 @@ class ClusterSimulator(JobMoves):
             if target is None and rt.group_id not in self._replanner.forming():
                 self._trim(rt, now)
             if rt.alone_on is not None and not self._stays_alone(rt):
-                self._watch.add(job_id)  # alone: it looks again at its next iteration end
+                self._lone[job_id] = self._room_changes  # it looks again once some group gained room
             self._regroup_s += wallclock.process_time() - t0
             self._enqueue(job_id, PhaseKind.SYNC, now)
             return
         self._outcomes.append(self._outcome(rt))
         self._leave(job_id, now)
         del self._jobs[job_id]
+        self._lone.pop(job_id, None)
         self._gained_room(rt.group_id)
 
     def _screen(self, job_id: str) -> bool:
@@ -290,6 +294,10 @@ class ClusterSimulator(JobMoves):
             self._regroup_s += wallclock.process_time() - t0
         if job_id in self._watch:
             self._watch.discard(job_id)
+            self._lone.pop(job_id, None)
+            return True
+        if self._lone.get(job_id, self._room_changes) != self._room_changes:
+            del self._lone[job_id]
             return True
         return self.rehome or bool(self._replanner.targets)
 
