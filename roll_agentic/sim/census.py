@@ -4,7 +4,7 @@ A group's nodes cost their $/h whatever shares them. The census follows
 every group from one change of its members or nodes to the next and books
 each stretch's cost under the group's member count; a group of one member
 (a job running as it would under solo) is booked under that job's SLO as
-well. Judged by the SLO the job was submitted with, in bands: under 1.03 a
+well. Judged by the SLO the job was submitted with, in bands: under 1.05 a
 job tolerates less slowdown than RollMux keeps back for run-time variance
 (`placement.SLO_HEADROOM`), so it can never share; the higher the band, the
 more room a partner has. The stretches add up to the run's node cost

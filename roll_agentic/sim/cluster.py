@@ -259,7 +259,10 @@ class ClusterSimulator(JobMoves):
             if target is None and rt.group_id not in self._replanner.forming():
                 self._trim(rt, now)
             if rt.alone_on is not None and not self._stays_alone(rt):
-                self._lone[job_id] = self._room_changes  # it looks again once some group gained room
+                if self.bank_slack or rt.tried_at != self._room_changes:
+                    self._watch.add(job_id)  # its target moves, or its last look did not search
+                else:  # it looks again once some group gained room
+                    self._lone[job_id] = self._room_changes
             self._regroup_s += wallclock.process_time() - t0
             self._enqueue(job_id, PhaseKind.SYNC, now)
             return

@@ -24,12 +24,14 @@ This module keeps the bookkeeping; the simulator does the moves.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 
 from roll_agentic.mux.batch import GroupAssessor, apply_batch, signature
 from roll_agentic.mux.group import CandidateKind, Group, GroupBook, Pinning, Placement
 from roll_agentic.mux.profile import ClusterSpec, JobProfile
+
+_NONE: frozenset[int] = frozenset()
 
 PlanKey = tuple[int, int]  # (re-plan number, group id in that plan)
 
@@ -106,8 +108,10 @@ class Replanner:
         """The re-planner a policy asks for (its `replan_margin` and `replan_jobs`; none: 0)."""
         return cls(float(getattr(policy, "replan_margin", 0.0)), int(getattr(policy, "replan_jobs", 0)))
 
-    def forming(self) -> set[int]:
+    def forming(self) -> Set[int]:
         """Real groups still waiting for planned members."""
+        if not self.pending:
+            return _NONE  # asked at every look at a job, re-plans or not
         return {self.group_of[k] for k in self.pending if k in self.group_of}
 
     def plan(
