@@ -100,8 +100,8 @@ class RollMuxPolicy(RoundRobinPhases):
     # (`rehome.py`); a move must save `move_margin` x the job's solo $/h. Off by
     # default: on the 200-job trace it takes seed 0 from $716.4/h to
     # $713.2/h (seeds 0-4: 1.62x -> 1.66x cheaper than solo), SLOs all met,
-    # but 2,000 jobs then take 2.5 s of scheduler time in all, every
-    # iteration end of every job looked at (0.85-1.04 s without), past the
+    # but 2,000 jobs then take 2.3 s of scheduler time in all, every
+    # iteration end of every job looked at (0.72-0.77 s without), past the
     # 1 s budget.
     rehome: bool = False
     move_margin: float = 0.2
@@ -175,8 +175,8 @@ class RollMuxPolicy(RoundRobinPhases):
     # job anyway (alone, or its group changed), once that moves by
     # `bank_step` of it. Not in the paper. Off by default for its scheduler
     # time: seeds 0-4 go from 1.622x to 1.648x over solo, SLOs all met, but
-    # 2,000 jobs take 1.0 s against 0.8 s (eased targets send lone jobs
-    # looking again, and refresh views).
+    # 2,000 jobs take 0.98 s against 0.72-0.77 s (lone jobs re-targeted at
+    # every iteration end; eased targets send them looking again).
     bank_slack: bool = False
     bank_step: float = 0.02
     name: str = "rollmux"
