@@ -282,11 +282,11 @@ class ClusterSimulator(JobMoves):
         moves as it runs, or while its last look could not search), or any
         job when the policy moves any member (`rehome`) or a re-plan has
         moves pending. At 2,000 jobs that skips ~95 % of ~290,000 iteration
-        ends with a lookup or two; what is decided for the rest is timed, the checks that
-        find nothing to do included. With `bank_slack` the jobs looked at
-        have their SLO targets re-taken (`_bank`); the others keep theirs,
-        which is safe: a job that runs at its planned pace never needs a
-        lower target (`mux/slack.py`).
+        ends with a lookup or two; what is decided for the rest is timed,
+        the checks that find nothing to do included. With `bank_slack` the
+        jobs looked at have their SLO targets re-taken (`_bank`); the others
+        keep theirs, which is safe: a job that runs at its planned pace
+        never needs a lower target (`mux/slack.py`).
         """
         touched = self._book.touched
         if touched:

@@ -101,7 +101,6 @@ def test_iteration_ends_skipped_by_the_screen_had_nothing_to_decide():
     assert 0 < sum(screened) < 0.5 * len(screened)  # most ends: one set lookup
 
 
-
 def _looks_of(job_id, jobs):
     """The iteration ends at which `job_id` was looked at for a move, and the run."""
     looks = []
@@ -122,8 +121,8 @@ def test_a_lone_job_looks_again_only_once_some_group_gained_room():
     # finds no group to move to, and no group gains room after it.
     looks, alone = _looks_of("j0", [rh(0, n_iters=30)])
     assert alone.moves == 0 and looks == [1]
-    # A job arriving at ~1/3 of its run opens a group of its own (room):
-    # j0 looks once more, at its next iteration end, not at every one.
+    # A job arriving at ~1/3 of its run, and leaving 5 iterations later,
+    # gains a group room twice: j0 looks again after each, not at every end.
     late = rh(1, arrival=10 * 1800.0, n_iters=5)
     looks, _ = _looks_of("j0", [rh(0, n_iters=30), late])
     assert looks[0] == 1 and 1 < len(looks) <= 3
