@@ -29,16 +29,21 @@ def new_group_placement(job: JobProfile, spec: ClusterSpec, n_rollout: int | Non
     )
 
 
-def rollout_options(job: JobProfile, spec: ClusterSpec, headroom: float) -> list[tuple[int, PhaseTimes]]:
+def rollout_options(
+    job: JobProfile, spec: ClusterSpec, headroom: float, extra_train: int = 0
+) -> list[tuple[int, PhaseTimes]]:
     """Rollout node counts the job may run on, its own first, each with its planned times.
 
     With `spec.rollout_shrink`, also fewer nodes (a longer rollout), down to
     one, as long as the job alone could still keep its SLO: no group runs
-    it faster than alone, so fewer would fail every SLO check.
+    it faster than alone, so fewer would fail every SLO check. `extra_train`:
+    it trains on that many training nodes beyond its own count (a shorter
+    training phase; `RollMuxPolicy.scale_train`).
     """
     out = []
+    n_train = job.n_train + extra_train
     for n in range(job.n_rollout, 0 if spec.rollout_shrink else job.n_rollout - 1, -1):
-        t = planned(phase_times(job, n, job.n_train, False, spec), job)
+        t = planned(phase_times(job, n, n_train, False, spec), job)
         if n == job.n_rollout or lone_slo_ok(MemberPlan(t, (), ()), job, headroom):
             out.append((n, t))
     return out

@@ -72,8 +72,13 @@ SLO_HEADROOM = 0.05
 
 # A candidate: (bound, extra $/h, unlikely, -tightness, index), its group,
 # rollout and training nodes it opens, existing nodes it pins (rollout
-# first), the job's planned phase times there.
-_Ranked = tuple[tuple[float, float, bool, float, int], Group, int, int, tuple[int, ...], PhaseTimes]
+# first), the job's planned phase times there, its training node count.
+_Ranked = tuple[
+    tuple[float, float, bool, float, int], Group, int, int, tuple[int, ...], PhaseTimes, int
+]
+# A job's planned phase times per rollout node count it may run on
+# (`candidates.rollout_options`), one list per training nodes beyond its own.
+_Options = list[list[tuple[int, PhaseTimes]]]
 
 
 @dataclass
@@ -179,6 +184,13 @@ class RollMuxPolicy(RoundRobinPhases):
     # every iteration end; eased targets send them looking again).
     bank_slack: bool = False
     bank_step: float = 0.02
+    # A joining job may train on up to this many training nodes beyond its
+    # own (opened for it; each adds `spec.scale_efficiency` of a node): its
+    # shorter iteration no longer sets a faster partner's pace. Not in the
+    # paper; off by default: a job left alone keeps the nodes unless moved
+    # (seeds 0-4: 1.622x -> 1.615x over solo; with `rehome` 1.662x -> 1.725x;
+    # with the five options above 1.82x -> 1.90x, seed 0 1.875x; SLOs met).
+    scale_train: int = 0
     name: str = "rollmux"
     _views: dict[int, GroupView] = field(default_factory=dict, repr=False)
     _groups: dict[int, Group] = field(default_factory=dict, repr=False)  # whose views we keep
@@ -188,9 +200,7 @@ class RollMuxPolicy(RoundRobinPhases):
     _rehomer: Rehomer = field(init=False, repr=False)
     _prices: tuple[float, float] = field(init=False, repr=False)  # $/h of a rollout, a training node
     _prune_at: int = field(default=16, repr=False)
-    _own: dict[str, tuple[JobProfile, Placement, list[tuple[int, PhaseTimes]]]] = field(
-        default_factory=dict, repr=False
-    )
+    _own: dict[str, tuple[JobProfile, Placement, _Options]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self._rehomer = Rehomer(self.move_margin)
@@ -202,7 +212,10 @@ class RollMuxPolicy(RoundRobinPhases):
         own = own_rollout_nodes(group, job_id) if self.spec.rollout_shrink else []
         if not own:
             return ()  # nothing it could release
-        _, options = self._own_plan(group.members[job_id])
+        job = group.members[job_id]
+        _, by_extra = self._own_plan(job)
+        # Its times on the training nodes it runs on (more than its own: `scale_train`).
+        options = by_extra[len(group.pinning[job_id].train_nodes) - job.n_train]
         if not could_trim(group, job_id, own, {n for n, _ in options}):
             return ()  # before building the group's view: most looks end here
         view = self._group_view(group)
@@ -231,8 +244,9 @@ class RollMuxPolicy(RoundRobinPhases):
             self._views[group.group_id] = view
         return view
 
-    def _own_plan(self, job: JobProfile) -> tuple[Placement, list[tuple[int, PhaseTimes]]]:
-        """The job's group of its own, and its planned phase times per rollout node count.
+    def _own_plan(self, job: JobProfile) -> tuple[Placement, _Options]:
+        """The job's group of its own, and its planned phase times per rollout
+        node count, on its own training node count and on each up to `scale_train` more.
 
         A candidate's times depend only on how many nodes it gives the job,
         so these serve every candidate. Kept per job: a running job is
@@ -243,14 +257,20 @@ class RollMuxPolicy(RoundRobinPhases):
             return known[1], known[2]
         if len(self._own) >= 4096:
             self._own.clear()  # departed jobs' entries; the live ones are cheap to redo
-        options = rollout_options(job, self.spec, self.headroom)
-        fallback = new_group_placement(job, self.spec, options[-1][0] if self.shrink_alone else None)
-        self._own[job.job_id] = (job, fallback, options)
-        return fallback, options
+        by_extra = [
+            rollout_options(job, self.spec, self.headroom, extra) for extra in range(self.scale_train + 1)
+        ]
+        fallback = new_group_placement(job, self.spec, by_extra[0][-1][0] if self.shrink_alone else None)
+        self._own[job.job_id] = (job, fallback, by_extra)
+        return fallback, by_extra
 
     def shares_nothing(self, job: JobProfile) -> bool:
         """An SLO inside the headroom: `best` keeps the job alone, whatever the groups."""
-        return self.screen and job.slo * job.planned_iter_s / (1.0 + self.headroom) < job.planned_iter_s
+        if not self.screen:
+            return False
+        # Trained on more nodes than its own, it runs faster than alone.
+        fastest = self._own_plan(job)[1][-1][0][1].iter_s if self.scale_train else job.planned_iter_s
+        return job.slo * job.planned_iter_s / (1.0 + self.headroom) < fastest
 
     def place(self, groups: Mapping[int, Group], job: JobProfile) -> Placement:
         placement, score = self.best(groups, job)
@@ -314,12 +334,14 @@ class RollMuxPolicy(RoundRobinPhases):
         group: Group,
         job: JobProfile,
         options: list[tuple[int, PhaseTimes]],
+        extra: int,
         train: list[int],
         rollout: list[int],
         budget: float,
         fallback_score: float,
     ) -> None:
-        """Append the group's candidates, with their bounds, for each rollout node count in `options`.
+        """Append the group's candidates, with their bounds, for each rollout node
+        count in `options`, the job trained on `extra` nodes beyond its own.
 
         Every candidate reuses the group's least-loaded training nodes and
         least-loaded rollout nodes, so its loads follow from the cached
@@ -328,20 +350,22 @@ class RollMuxPolicy(RoundRobinPhases):
         """
         switch = self.spec.warm_switch_s
         price_r, price_t = self._prices
-        # Training nodes a candidate may open: none in the paper's kinds.
-        t_new_max = job.n_train if self.share_any else 0
+        n_train = job.n_train + extra
+        # Training nodes a candidate may open: in the paper's kinds only
+        # those beyond the job's own count (`scale_train`), with `share_any` any.
+        t_new_lo, t_new_hi = (0, n_train) if self.share_any else (extra, extra)
         for n_roll, t in options:
             own_iter = t.iter_s
             if self.screen and own_iter > budget:
                 break  # its own iteration alone passes the budget, and on fewer nodes it is longer
             roll_add, train_add = t.roll_node_s + switch, t.train_s + switch
             cycle = max(view.cycle, own_iter)
-            for t_new in range(t_new_max + 1):
-                t_reuse = job.n_train - t_new
+            for t_new in range(t_new_lo, t_new_hi + 1):
+                t_reuse = n_train - t_new
                 if t_reuse > len(train) or (t_reuse == 0 and self.share_train):
                     continue
                 train_top = view.load[train[t_reuse - 1]] + train_add if t_reuse else train_add
-                base = view.sum_load + job.n_train * train_add + n_roll * roll_add
+                base = view.sum_load + n_train * train_add + n_roll * roll_add
                 for r_new in range(n_roll + 1):
                     r_reuse = n_roll - r_new
                     if r_reuse > len(rollout) or r_reuse + t_reuse == 0:
@@ -371,7 +395,7 @@ class RollMuxPolicy(RoundRobinPhases):
                         lb = effective_cost(view, extra, rate_max)
                     key = (lb, extra, not likely, -tight, len(ranked))
                     pinned = tuple(rollout[:r_reuse]) + tuple(train[:t_reuse])
-                    ranked.append((key, group, r_new, t_new, pinned, t))
+                    ranked.append((key, group, r_new, t_new, pinned, t, n_train))
 
     def best(
         self, groups: Mapping[int, Group], job: JobProfile, bound: float | None = None
@@ -384,7 +408,7 @@ class RollMuxPolicy(RoundRobinPhases):
         in that order; placements are built for the winner only.
         """
         spec = self.spec
-        fallback, options = self._own_plan(job)
+        fallback, by_extra = self._own_plan(job)
         fallback_score = fallback.extra_cost_per_hour
         job_budget = job.slo * job.planned_iter_s / (1.0 + self.headroom)
         if self.shares_nothing(job):
@@ -393,8 +417,10 @@ class RollMuxPolicy(RoundRobinPhases):
             # for life; the simulator stops offering them moves once alone
             # (they were 38 % of all searches on 2,000 jobs).
             return fallback, fallback_score
-        own_min = options[0][1].iter_s  # on its own node count: its shortest iteration
-        train_add = options[0][1].train_s + spec.warm_switch_s  # the same on any rollout node count
+        # On its own rollout node count: its shortest iteration; its training
+        # is the same on any rollout node count, shortest on the most training nodes.
+        own_min = by_extra[-1][0][1].iter_s
+        train_add = by_extra[-1][0][1].train_s + spec.warm_switch_s
         ranked: list[_Ranked] = []
         views, owners, cap = self._views, self._groups, 1.0 + self.headroom
         max_members, screen = self.max_members, self.screen
@@ -438,9 +464,10 @@ class RollMuxPolicy(RoundRobinPhases):
                 # node count: once they pass the budget, every candidate does.
                 if job.n_train > len(train) or view.load[train[job.n_train - 1]] + train_add > budget:
                     continue
-            self._rank_candidates(
-                ranked, view, group, job, options, train, rollout, budget, fallback_score
-            )
+            for extra, options in enumerate(by_extra):
+                self._rank_candidates(
+                    ranked, view, group, job, options, extra, train, rollout, budget, fallback_score
+                )
         ranked.sort(key=lambda r: r[0])
         if len(self._views) > self._prune_at:
             # Drop dissolved groups' views, when their number has doubled
@@ -453,14 +480,14 @@ class RollMuxPolicy(RoundRobinPhases):
         if bound is not None and bound < best_score:
             best_score = bound
         checks = 0
-        for key, group, r_new, t_new, pinned, t in ranked:
+        for key, group, r_new, t_new, pinned, t, n_train in ranked:
             if checks >= self.max_checks:
                 break
             lb, extra = key[0], key[1]
             if lb >= best_score:
                 break  # ranked by bound: no candidate left can win
             view = self._views[group.group_id]
-            n_reuse = len(pinned) - (job.n_train - t_new)
+            n_reuse = len(pinned) - (n_train - t_new)
             reused, train_ids = pinned[:n_reuse], pinned[n_reuse:]
             fresh = max(group.nodes) + 1
             plan = MemberPlan(

@@ -362,6 +362,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             "(beyond the paper; costs scheduler time)",
         )
         p.add_argument(
+            "--scale-train",
+            type=_at_least(0),
+            default=0,
+            metavar="N",
+            help="let a joining job train on up to N training nodes beyond its own, opened for "
+            "it, when its shorter training lets it share (beyond the paper; pays off with "
+            "--rehome, which moves a job left alone on them)",
+        )
+        p.add_argument(
             "--no-migration",
             action="store_true",
             help="turn off long-tail migration (on by default: a rollout's stragglers move onto "

@@ -24,6 +24,7 @@ class RollMuxOptions:
     replan_every_h: float = 0.0  # re-place the least-saving groups' jobs this often (0: never)
     bank_slack: bool = False  # hold running jobs to their whole run's SLO (`mux/slack.py`)
     replan_budget: int = 0  # placements a re-plan's search may try (0: one plan, dearest first)
+    scale_train: int = 0  # training nodes a joining job may take beyond its own
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RollMuxOptions:
@@ -39,6 +40,7 @@ class RollMuxOptions:
             replan_every_h=getattr(args, "replan", 0.0),
             bank_slack=args.bank_slack,
             replan_budget=getattr(args, "replan_budget", 0),
+            scale_train=getattr(args, "scale_train", 0),
         )
 
     def policy(self, spec: ClusterSpec, **settings: object) -> RollMuxPolicy:
@@ -62,6 +64,8 @@ class RollMuxOptions:
             )
             if doc.get(key)
         ]
+        if doc.get("scale_train"):
+            flags.append(f"--scale-train {doc['scale_train']}")
         if doc.get("replan_every_h"):
             flags.append(f"--replan {doc['replan_every_h']:g}")
             if doc.get("replan_budget"):

@@ -271,3 +271,35 @@ def test_rollout_options_keep_only_node_counts_the_slo_allows():
     assert [n for n, _ in rollout_options(tight, SPEC, SLO_HEADROOM)] == [2]
     (_, own), (_, one) = rollout_options(b, SPEC, SLO_HEADROOM)
     assert one.roll_s == pytest.approx(2 * own.roll_s) and one.train_s == own.train_s
+
+
+def test_scale_train_lets_a_long_job_join_on_one_more_training_node():
+    # B's 1,800 s iteration would set the pair's cycle past A's budget
+    # (1.3 x 1,200 s less the headroom), so in the paper's kinds B goes
+    # alone. On A's training node plus one more, B trains in 568 s instead
+    # of 1,080 s and the pair fits: one training node fewer than apart.
+    a = job(0, rho=0.5, length=1200.0, slo=1.3)
+    b = job(1, rho=0.4, length=1800.0, slo=2.0)
+    book = place_all(RollMuxPolicy(SPEC), [a])
+    assert RollMuxPolicy(SPEC).place(book.groups, b).kind is CandidateKind.NEW_GROUP
+    policy = RollMuxPolicy(SPEC, scale_train=1)
+    p = policy.place(book.groups, b)
+    assert p.kind is CandidateKind.SHARE and p.new_train == 1 and p.new_rollout == 0
+    assert p.extra_cost_per_hour == SPEC.price(Pool.TRAIN) < b.solo_cost_per_hour(SPEC)
+    group, _ = book.apply(p, b)
+    assert group.pinning["j1"].train_nodes == (*group.pinning["j0"].train_nodes, 2)
+    times = group.planned_times("j1", SPEC)
+    assert times.train_s == pytest.approx(1080.0 / (1 + SPEC.scale_efficiency))
+    assert GroupAssessor(SPEC, SLO_HEADROOM).assess(group)[0], "both keep their SLOs"
+    assert policy.trim_offer(group, "j1") == ()  # its rollouts already share A's node
+
+
+def test_scale_train_lets_a_job_with_an_slo_inside_the_headroom_share():
+    # Alone on its own nodes such a job is the SLO reference: any partner
+    # slows it past 1.03. Trained on more nodes it runs faster than alone.
+    tight = job(0, rho=0.3, slo=1.03)
+    assert RollMuxPolicy(SPEC).shares_nothing(tight)
+    assert not RollMuxPolicy(SPEC, scale_train=1).shares_nothing(tight)
+    options = RollMuxPolicy(SPEC, scale_train=2)._own_plan(tight)[1]
+    trains = [opts[0][1].train_s for opts in options]
+    assert len(options) == 3 and trains[0] > trains[1] > trains[2]
