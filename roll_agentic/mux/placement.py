@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from typing import cast
 
 from roll_agentic.mux.batch import SEED_ORDERS, BatchStep, PlaceFn, build_plan, search_batch
+from roll_agentic.mux.candidate_rank import Options, Ranked, RankRules, rank_candidates
 from roll_agentic.mux.candidates import new_group_placement, rollout_options
 from roll_agentic.mux.group import (
     CandidateKind,
@@ -54,7 +55,7 @@ from roll_agentic.mux.group import (
 )
 from roll_agentic.mux.group_view import GroupView, effective_cost, slo_budget, view_of
 from roll_agentic.mux.policy import RoundRobinPhases
-from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseTimes, Pool
+from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
 from roll_agentic.mux.rehome import MoveOffer, Rehomer
 from roll_agentic.mux.round_robin import MemberPlan, evaluate_on
 from roll_agentic.mux.slo_check import progress_rate, slo_periods_ok
@@ -70,15 +71,6 @@ from roll_agentic.mux.trim import could_trim, own_rollout_nodes, trim_offer
 SLO_HEADROOM = 0.05
 
 
-# A candidate: (bound, extra $/h, unlikely, -tightness, index), its group,
-# rollout and training nodes it opens, existing nodes it pins (rollout
-# first), the job's planned phase times there, its training node count.
-_Ranked = tuple[
-    tuple[float, float, bool, float, int], Group, int, int, tuple[int, ...], PhaseTimes, int
-]
-# A job's planned phase times per rollout node count it may run on
-# (`candidates.rollout_options`), one list per training nodes beyond its own.
-_Options = list[list[tuple[int, PhaseTimes]]]
 
 
 @dataclass
@@ -190,6 +182,8 @@ class RollMuxPolicy(RoundRobinPhases):
     # paper; off by default: a job left alone keeps the nodes unless moved
     # (seeds 0-4: 1.622x -> 1.615x over solo; with `rehome` 1.662x -> 1.725x;
     # with the five options above 1.82x -> 1.90x, seed 0 1.875x; SLOs met).
+    # Memory is checked at the job's own per-node state on every node it
+    # trains on: spread over more nodes it needs less, so the check errs safe.
     scale_train: int = 0
     name: str = "rollmux"
     _views: dict[int, GroupView] = field(default_factory=dict, repr=False)
@@ -200,7 +194,7 @@ class RollMuxPolicy(RoundRobinPhases):
     _rehomer: Rehomer = field(init=False, repr=False)
     _prices: tuple[float, float] = field(init=False, repr=False)  # $/h of a rollout, a training node
     _prune_at: int = field(default=16, repr=False)
-    _own: dict[str, tuple[JobProfile, Placement, _Options]] = field(default_factory=dict, repr=False)
+    _own: dict[str, tuple[JobProfile, Placement, Options]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self._rehomer = Rehomer(self.move_margin)
@@ -244,7 +238,7 @@ class RollMuxPolicy(RoundRobinPhases):
             self._views[group.group_id] = view
         return view
 
-    def _own_plan(self, job: JobProfile) -> tuple[Placement, _Options]:
+    def _own_plan(self, job: JobProfile) -> tuple[Placement, Options]:
         """The job's group of its own, and its planned phase times per rollout
         node count, on its own training node count and on each up to `scale_train` more.
 
@@ -327,76 +321,6 @@ class RollMuxPolicy(RoundRobinPhases):
             _views={}, _groups={}, _joined={}, _own={}, _prune_at=16,
         ).place
 
-    def _rank_candidates(
-        self,
-        ranked: list[_Ranked],
-        view: GroupView,
-        group: Group,
-        job: JobProfile,
-        options: list[tuple[int, PhaseTimes]],
-        extra: int,
-        train: list[int],
-        rollout: list[int],
-        budget: float,
-        fallback_score: float,
-    ) -> None:
-        """Append the group's candidates, with their bounds, for each rollout node
-        count in `options`, the job trained on `extra` nodes beyond its own.
-
-        Every candidate reuses the group's least-loaded training nodes and
-        least-loaded rollout nodes, so its loads follow from the cached
-        view without copying it: only the nodes it touches change, and
-        they only grow.
-        """
-        switch = self.spec.warm_switch_s
-        price_r, price_t = self._prices
-        n_train = job.n_train + extra
-        # Training nodes a candidate may open: in the paper's kinds only
-        # those beyond the job's own count (`scale_train`), with `share_any` any.
-        t_new_lo, t_new_hi = (0, n_train) if self.share_any else (extra, extra)
-        for n_roll, t in options:
-            own_iter = t.iter_s
-            if self.screen and own_iter > budget:
-                break  # its own iteration alone passes the budget, and on fewer nodes it is longer
-            roll_add, train_add = t.roll_node_s + switch, t.train_s + switch
-            cycle = max(view.cycle, own_iter)
-            for t_new in range(t_new_lo, t_new_hi + 1):
-                t_reuse = n_train - t_new
-                if t_reuse > len(train) or (t_reuse == 0 and self.share_train):
-                    continue
-                train_top = view.load[train[t_reuse - 1]] + train_add if t_reuse else train_add
-                base = view.sum_load + n_train * train_add + n_roll * roll_add
-                for r_new in range(n_roll + 1):
-                    r_reuse = n_roll - r_new
-                    if r_reuse > len(rollout) or r_reuse + t_reuse == 0:
-                        continue  # sharing nothing is a new group
-                    extra = r_new * price_r + t_new * price_t
-                    if extra >= fallback_score:
-                        continue  # no cheaper than a group of its own
-                    top = max(view.max_load, train_top, roll_add)
-                    if r_reuse:
-                        top = max(top, view.load[rollout[r_reuse - 1]] + roll_add)
-                    # The paper's estimate: an unsaturated group runs at its
-                    # longest solo cycle; past saturation, at its busiest
-                    # node's load. It screens candidates before the
-                    # simulated check; one it rejects is rarely feasible.
-                    likely = max(cycle, top) <= budget
-                    if not likely and self.screen:
-                        continue
-                    tight = base / (len(view.load) + r_new + t_new) / max(cycle, top)
-                    lb = extra
-                    if self.rate_aware:
-                        # Its busiest node serves all its phases once per
-                        # meta-iteration: the newcomer cannot run faster.
-                        own = train_top if t_reuse else train_add
-                        if r_reuse:
-                            own = max(own, view.load[rollout[r_reuse - 1]] + roll_add)
-                        rate_max = min(1.0, job.planned_iter_s / max(own_iter, own - switch))
-                        lb = effective_cost(view, extra, rate_max)
-                    key = (lb, extra, not likely, -tight, len(ranked))
-                    pinned = tuple(rollout[:r_reuse]) + tuple(train[:t_reuse])
-                    ranked.append((key, group, r_new, t_new, pinned, t, n_train))
-
     def best(
         self, groups: Mapping[int, Group], job: JobProfile, bound: float | None = None
     ) -> tuple[Placement, float]:
@@ -404,7 +328,7 @@ class RollMuxPolicy(RoundRobinPhases):
 
         `bound`: the caller takes nothing that adds as much (a move): the
         search stops there, and a new group beyond it is reported as is.
-        Candidates are ranked by a bound (`_rank_candidates`) and simulated
+        Candidates are ranked by a bound (`candidate_rank.py`) and simulated
         in that order; placements are built for the winner only.
         """
         spec = self.spec
@@ -421,7 +345,10 @@ class RollMuxPolicy(RoundRobinPhases):
         # is the same on any rollout node count, shortest on the most training nodes.
         own_min = by_extra[-1][0][1].iter_s
         train_add = by_extra[-1][0][1].train_s + spec.warm_switch_s
-        ranked: list[_Ranked] = []
+        ranked: list[Ranked] = []
+        rules = RankRules(
+            spec.warm_switch_s, *self._prices, self.share_any, self.share_train, self.screen, self.rate_aware
+        )
         views, owners, cap = self._views, self._groups, 1.0 + self.headroom
         max_members, screen = self.max_members, self.screen
         for group in groups.values():
@@ -447,7 +374,7 @@ class RollMuxPolicy(RoundRobinPhases):
             if screen and max(view.max_load, view.cycle, own_min) > budget:
                 # Every candidate keeps or raises the busiest node's load and
                 # the longest solo cycle, and the newcomer's own iteration is
-                # at least `own_min`: the screens in `_rank_candidates` would
+                # at least `own_min`: the screens in `rank_candidates` would
                 # reject each one. (Not the paper's saturation test: a group
                 # past its longest solo cycle still has room up to its
                 # members' SLOs; skipping it cost 1-2 % on the traces.)
@@ -464,9 +391,10 @@ class RollMuxPolicy(RoundRobinPhases):
                 # node count: once they pass the budget, every candidate does.
                 if job.n_train > len(train) or view.load[train[job.n_train - 1]] + train_add > budget:
                     continue
-            for extra, options in enumerate(by_extra):
-                self._rank_candidates(
-                    ranked, view, group, job, options, extra, train, rollout, budget, fallback_score
+            for extra_train, options in enumerate(by_extra):
+                rank_candidates(
+                    ranked, rules, view, group, job, options, extra_train, train, rollout, budget,
+                    fallback_score,
                 )
         ranked.sort(key=lambda r: r[0])
         if len(self._views) > self._prune_at:
