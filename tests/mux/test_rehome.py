@@ -1,5 +1,6 @@
 """Moving running jobs to a group where they cost less (`rehome`), beyond lone jobs."""
 
+import random
 from dataclasses import replace
 
 from roll_agentic.mux.candidates import new_group_placement
@@ -7,7 +8,7 @@ from roll_agentic.mux.group import CandidateKind, GroupBook, Placement
 from roll_agentic.mux.group_view import view_of
 from roll_agentic.mux.placement import RollMuxPolicy
 from roll_agentic.mux.profile import ClusterSpec, Pool
-from roll_agentic.mux.rehome import member_adds
+from roll_agentic.mux.rehome import member_adds, member_adds_at_most
 from roll_agentic.mux.round_robin import evaluate_round_robin
 from roll_agentic.mux.slo_check import progress_rate
 from roll_agentic.sim.cluster import ClusterSimulator
@@ -56,6 +57,31 @@ def test_the_rate_without_a_member_comes_from_a_run_without_it():
     )
     cost = group.cost_per_hour(SPEC)  # no node is j1's alone
     assert member_adds(view, group, "j1", SPEC) == cost * 3 / view.rate - cost * 2 / rate
+
+
+def test_the_bound_without_a_run_is_never_below_what_a_member_adds_and_exact_for_pairs():
+    # Random groups as RollMux forms them, on FIFO rollout nodes and
+    # sharing any nodes too (the setting where the bound is used most).
+    rng = random.Random(7)
+    for spec, share_any in ((SPEC, False), (ClusterSpec(rollout_fifo=True), True)):
+        checked = 0
+        for _ in range(40):
+            policy = RollMuxPolicy(spec, share_any=share_any)
+            book = GroupBook(spec)
+            for i in range(rng.randint(2, 7)):
+                rho, length = rng.uniform(0.2, 0.8), rng.uniform(900, 2400)
+                j = job(i, rho=rho, length=length, slo=rng.uniform(1.2, 2.0))
+                book.apply(policy.place(book.groups, j), j)
+            for group in book.groups.values():
+                view = view_of(group, spec)
+                for member in group.members:
+                    bound = member_adds_at_most(view, group, member, spec)
+                    exact = member_adds(view_of(group, spec), group, member, spec)
+                    assert bound >= exact - 1e-9
+                    if len(group.members) <= 2:
+                        assert bound == exact
+                    checked += len(group.members) > 2
+        assert checked > 20  # groups of three or more were formed
 
 
 def test_a_group_found_no_better_is_not_searched_again_until_it_loses_a_member():
