@@ -62,21 +62,40 @@ def member_adds(view: GroupView, group: Group, job_id: str, spec: ClusterSpec) -
 def member_adds_at_most(view: GroupView, group: Group, job_id: str, spec: ClusterSpec) -> float:
     """An upper bound on `member_adds`, with no round-robin run.
 
-    Without the member the others progress at most at their own plans'
-    pace (a co-run period is never shorter than the member's own
-    iteration), so the group's effective cost without it is at least its
-    cost over that. Exact for a pair; on the 200-job trace with every
-    option it settles 42 % of the looks that find a member content where
-    the exact figure needs a round-robin run.
+    Without the member, each other one progresses at most at the pace its
+    own plan allows, and no faster than its busiest shared training node:
+    such a node serves each of its members one phase per round, in turns,
+    so every member's period there is at least the node's load (the
+    phases and warm switches of all of them). The group's effective cost
+    without it is then at least its cost over that summed rate. Exact for a
+    pair.
     """
     known = view.adds.get(job_id)
     if known is not None or len(view.members) == 1:
         return member_adds(view, group, job_id, spec)
     n = len(view.members)
     own = group.own_cost_per_hour(job_id, spec)
-    profiles = group.members
-    pairs = zip(view.members, view.plans, strict=True)
-    at_most = sum(lone_rate(m, profiles[j]) for j, m in pairs if j != job_id)
+    profiles, switch = group.members, spec.warm_switch_s
+    mine = view.plans[view.members.index(job_id)]
+    # Training nodes' loads once the member is gone (a node it alone used goes too).
+    load = dict(view.load)
+    for x in mine.train_nodes:
+        load[x] -= mine.times.train_s + switch
+    shared: dict[int, int] = {}
+    for j, m in zip(view.members, view.plans, strict=True):
+        if j != job_id:
+            for x in m.train_nodes:
+                shared[x] = shared.get(x, 0) + 1
+    at_most = 0.0
+    for j, m in zip(view.members, view.plans, strict=True):
+        if j == job_id:
+            continue
+        period = m.times.iter_s
+        if not view.colocated:  # a co-located node's turns serve both pools
+            for x in m.train_nodes:
+                if shared[x] > 1 and load[x] > period:
+                    period = load[x]
+        at_most += min(1.0, profiles[j].planned_iter_s / period)
     return view.cost * n / view.rate - (view.cost - own) * (n - 1) / at_most
 
 
