@@ -58,6 +58,7 @@ from roll_agentic.mux.policy import RoundRobinPhases
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
 from roll_agentic.mux.rehome import MoveOffer, Rehomer
 from roll_agentic.mux.round_robin import MemberPlan, evaluate_on
+from roll_agentic.mux.slo_bound import surely_misses_slo
 from roll_agentic.mux.slo_check import progress_rate, slo_periods_ok
 from roll_agentic.mux.trim import could_trim, own_rollout_nodes, trim_offer
 
@@ -405,6 +406,7 @@ class RollMuxPolicy(RoundRobinPhases):
                 del self._views[gid], self._groups[gid]
             self._prune_at = 2 * len(self._views) + 16
         best, best_score = fallback, fallback_score
+        switch = spec.warm_switch_s
         if bound is not None and bound < best_score:
             best_score = bound
         checks = 0
@@ -424,8 +426,11 @@ class RollMuxPolicy(RoundRobinPhases):
                 train_ids + tuple(range(fresh + r_new, fresh + r_new + t_new)),
             )
             profiles = [*group.members.values(), job]
-            checks += 1
-            periods = evaluate_on([*view.plans, plan], spec)
+            plans = [*view.plans, plan]
+            checks += 1  # a check settled by the bound counts too: the same candidates are weighed
+            if surely_misses_slo(plans, profiles, self.headroom, switch, spec.rollout_fifo):
+                continue
+            periods = evaluate_on(plans, spec)
             if not slo_periods_ok(periods, profiles, self.headroom):
                 continue
             kind = CandidateKind.PACK if extra == 0 else CandidateKind.ADD_ROLLOUT
@@ -440,7 +445,7 @@ class RollMuxPolicy(RoundRobinPhases):
             )
             if not self.rate_aware:
                 return placement, extra  # the paper: the cheapest feasible candidate
-            score_gain = progress_rate(periods, profiles, [*view.plans, plan]) - view.rate
+            score_gain = progress_rate(periods, profiles, plans) - view.rate
             score = effective_cost(view, extra, score_gain)
             if score < best_score:
                 best, best_score = placement, score

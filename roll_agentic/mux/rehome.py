@@ -26,7 +26,7 @@ from roll_agentic.mux.group import Group, Placement
 from roll_agentic.mux.group_view import GroupView
 from roll_agentic.mux.profile import ClusterSpec
 from roll_agentic.mux.round_robin import evaluate_on
-from roll_agentic.mux.slo_check import lone_rate, progress_rate
+from roll_agentic.mux.slo_check import progress_rate
 
 if TYPE_CHECKING:
     from roll_agentic.mux.placement import RollMuxPolicy

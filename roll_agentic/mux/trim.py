@@ -25,6 +25,7 @@ from roll_agentic.mux.group import Group
 from roll_agentic.mux.group_view import GroupView
 from roll_agentic.mux.profile import ClusterSpec, PhaseTimes, Pool
 from roll_agentic.mux.round_robin import MemberPlan, evaluate_on
+from roll_agentic.mux.slo_bound import surely_misses_slo
 from roll_agentic.mux.slo_check import lone_slo_ok, progress_rate, slo_periods_ok
 
 
@@ -111,6 +112,8 @@ def trim_offer(
         plans = list(view.plans)
         plans[at] = MemberPlan(times, keep, pin.train_nodes)
         if n_members > 1:
+            if surely_misses_slo(plans, profiles, headroom, spec.warm_switch_s, spec.rollout_fifo):
+                continue
             periods = evaluate_on(plans, spec)
             if not slo_periods_ok(periods, profiles, headroom):
                 continue

@@ -1,0 +1,89 @@
+"""A candidate group that surely misses an SLO, told without a round-robin run.
+
+The SLO check runs the group's round robin (`round_robin.evaluate_on`),
+about 0.1 ms a time and thousands of times per trace. Some candidates can
+be rejected from lower bounds on the periods that run would find:
+
+- a member's period is at least its own iteration;
+- a training node serves each of its members one phase per round, in
+  turns, so with two or more members there every one of them takes at
+  least the node's load per iteration (their phases and warm switches);
+- with first-come-first-served rollout nodes the plan adds each member's
+  mean wait behind the others' rollouts (`fifo_rollout.with_queueing`),
+  which falls as their periods grow; in a feasible group none exceeds its
+  SLO budget, so the wait at those budgets is a lower bound;
+- members linked by shared turn-taking nodes run at the slowest one's
+  pace (`round_robin._locked_periods`).
+
+If one of these bounds already passes a member's budget, the run could
+only confirm it. Never wrong the other way (tests check it on random
+groups); on the 200-job trace with every option it settled about half of
+the candidates the run rejected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from roll_agentic.mux.profile import JobProfile
+from roll_agentic.mux.round_robin import MemberPlan
+from roll_agentic.mux.slo_check import group_headroom
+
+
+def surely_misses_slo(
+    plans: Sequence[MemberPlan],
+    profiles: Sequence[JobProfile],
+    headroom: float,
+    switch_s: float,
+    fifo_rollout: bool,
+) -> bool:
+    """True only if `slo_periods_ok` on the group's round-robin periods would be False."""
+    keep = 1.0 + group_headroom(headroom, len(profiles))
+    budgets = [p.slo * p.planned_iter_s / keep for p in profiles]
+    n = len(plans)
+    train_load: dict[int, float] = {}
+    on_train: dict[int, int] = {}
+    for m in plans:
+        for x in m.train_nodes:
+            train_load[x] = train_load.get(x, 0.0) + m.times.train_s + switch_s
+            on_train[x] = on_train.get(x, 0) + 1
+    # Each member's own bound: its iteration (plus its least FIFO wait), its
+    # shared training nodes' loads.
+    bound = [m.times.iter_s for m in plans]
+    if fifo_rollout:
+        fifo = [set(m.rollout_nodes).difference(train_load) for m in plans]
+        for k in range(n):
+            if not fifo[k]:
+                continue
+            wait = 0.0
+            for j in range(n):
+                if j != k and not fifo[k].isdisjoint(fifo[j]):
+                    hold = plans[j].times.roll_node_s
+                    wait += hold * hold / (2.0 * budgets[j])
+            bound[k] += wait
+    for k, m in enumerate(plans):
+        for x in m.train_nodes:
+            if on_train[x] > 1 and train_load[x] > bound[k]:
+                bound[k] = train_load[x]
+        if bound[k] > budgets[k]:
+            return True
+    # Linked members share the slowest one's pace: training nodes link them,
+    # and rollout nodes too where they take turns.
+    parent = list(range(n))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[int, int] = {}
+    for i, m in enumerate(plans):
+        for x in m.train_nodes if fifo_rollout else (*m.rollout_nodes, *m.train_nodes):
+            parent[root(i)] = root(first.setdefault(x, i))
+    slowest: dict[int, float] = {}
+    for i in range(n):
+        r = root(i)
+        if bound[i] > slowest.get(r, 0.0):
+            slowest[r] = bound[i]
+    return any(slowest[root(k)] > budgets[k] for k in range(n))
