@@ -73,7 +73,8 @@ def fifo_train_ends(
     for j, ns in enumerate(train_nodes):
         for x in ns:
             on_node.setdefault(x, []).append(j)
-    # preds[j]: per training node, (member before j in turn order, rounds back).
+    # preds[j]: per training node, (member before j in turn order, rounds
+    # back), others only: a training may go once each has trained enough.
     preds: list[list[tuple[int, int]]] = []
     succs: list[list[int]] = [[] for _ in range(n)]
     for j, ns in enumerate(train_nodes):
@@ -82,7 +83,8 @@ def fifo_train_ends(
             order = on_node[x]
             p = order.index(j)
             before = order[p - 1] if p > 0 else order[-1]
-            mine.append((before, 0 if p > 0 else 1))
+            if before != j:
+                mine.append((before, 0 if p > 0 else 1))
             succs[before].append(j)
         preds.append(mine)
     trains_done = [0] * n  # trains computed per member
@@ -91,109 +93,108 @@ def fifo_train_ends(
     ends: list[list[float]] = [[] for _ in range(n)]
     heap = [(0.0, j, j) for j in range(n)]  # (queued at, seq, member)
     seq = n
-
-    def can_train(j: int) -> bool:
-        k = trains_done[j]  # the round of the training due
-        for before, back in preds[j]:
-            if before != j and trains_done[before] < k + 1 - back:
-                return False
-        return True
-
-    def occupy(nodes: list[int], ready: float, ph: int, hold: float) -> float:
-        """Start phase `ph` on `nodes` once ready and free; they pass on after `hold`. Its start."""
-        start, switch = ready, 0.0
+    heappop, heappush = heapq.heappop, heapq.heappush
+    # The phases below are started inline, not by a helper: this loop runs
+    # inside every SLO check. Each starts once ready and its nodes are free,
+    # plus a warm switch if a node last ran another phase; its nodes pass
+    # on after its hold (a rollout's, with migration, is shorter than it).
+    seen: _State | None = None
+    while heap:
+        ready, _, j = heappop(heap)
+        if stop_on_repeat and j == 0:
+            now = (ready, sorted(heap), free[:], last[:], waiting[:], roll_end[:], trains_done[:])
+            if seen is not None and _repeats(now, seen):
+                return ends, ready - seen[0]
+            seen = now
+        ph, start, switch = 2 * j, ready, 0.0
+        nodes = roll_nodes[j]
         for x in nodes:
             if free[x] > start:
                 start = free[x]
             if last[x] != ph and last[x] != -1:
-                switch = switch_s  # a warm switch from another job's or kind's phase
+                switch = switch_s
         start += switch
+        held = start + hold_s[j]
         for x in nodes:
-            free[x], last[x] = start + hold, ph
-        return start
-
-    def train(j: int) -> None:
-        nonlocal seq
-        end = occupy(train_nodes[j], roll_end[j], 2 * j + 1, train_s[j]) + train_s[j]
-        trains_done[j] += 1
-        ends[j].append(end)
-        if trains_done[j] < meta_iterations:
-            seq += 1
-            heapq.heappush(heap, (end + sync_s[j], seq, j))
-
-    seen: tuple[float, _State] | None = None
-    while heap:
-        ready, _, j = heapq.heappop(heap)
-        if stop_on_repeat and j == 0:
-            now = _state(ready, heap, free, last, waiting, roll_end, trains_done)
-            if seen is not None and _repeats(now, seen[1]):
-                return ends, ready - seen[0]
-            seen = (ready, now)
-        roll_end[j] = occupy(roll_nodes[j], ready, 2 * j, hold_s[j]) + roll_s[j]
-        if not can_train(j):
-            waiting[j] = True
-            continue
-        train(j)
-        # Trains parked behind this one may go now, and behind those, others.
-        stack = list(succs[j])
+            free[x], last[x] = held, ph
+        roll_end[j] = start + roll_s[j]
+        # Trains to compute now: this one, if each training node's previous
+        # member in turn order has trained enough, then parked ones behind it.
+        waiting[j] = True
+        stack = [j]
         while stack:
             k = stack.pop()
-            if waiting[k] and can_train(k):
-                waiting[k] = False
-                train(k)
-                stack.extend(succs[k])
+            if not waiting[k]:
+                continue
+            due, blocked = trains_done[k] + 1, False  # the round of the training due, plus one
+            for b, back in preds[k]:
+                if trains_done[b] < due - back:
+                    blocked = True
+                    break
+            if blocked:
+                continue
+            waiting[k] = False
+            ph, start, switch = 2 * k + 1, roll_end[k], 0.0
+            nodes = train_nodes[k]
+            for x in nodes:
+                if free[x] > start:
+                    start = free[x]
+                if last[x] != ph and last[x] != -1:
+                    switch = switch_s
+            start += switch
+            end = start + train_s[k]
+            for x in nodes:
+                free[x], last[x] = end, ph
+            trains_done[k] += 1
+            ends[k].append(end)
+            if trains_done[k] < meta_iterations:
+                seq += 1
+                heappush(heap, (end + sync_s[k], seq, k))
+            stack.extend(succs[k])
     return ends, None
 
 
-# A run's state relative to a moment (`_state`): queued rollouts (time, member),
-# node free times, nodes' last phases, parked trainings' rollout ends, trainings ahead.
-_State = tuple[list[tuple[float, int]], list[float], list[int], list[float | None], list[int]]
-
-
-def _state(
-    t: float,
-    heap: list[tuple[float, int, int]],
-    free: list[float],
-    last: list[int],
-    waiting: list[bool],
-    roll_end: list[float],
-    trains_done: list[int],
-) -> _State:
-    """Everything the rest of the run depends on, relative to time `t`.
-
-    Queued rollouts in queue order, when each node is free, which phase it
-    ran last, each parked training's rollout end, and how many trainings
-    each member is ahead of member 0 (the turn rule compares counts). No
-    phase computed from here on is ready before `floor` (a queued rollout
-    is ready at `t` or later, a parked training when its rollout ended), so
-    a node free before then counts as free at `floor`.
-    """
-    parked = [roll_end[k] for k, w in enumerate(waiting) if w]
-    floor = min([t, *parked])
-    return (
-        [(q - t, k) for q, _, k in sorted(heap)],
-        [(f if f > floor else floor) - t for f in free],
-        last[:],
-        [roll_end[k] - t if w else None for k, w in enumerate(waiting)],
-        [d - trains_done[0] for d in trains_done],
-    )
+# A run's state when member 0's rollout leaves the queue: that moment, the
+# queued rollouts (sorted), and copies of the node free times, the nodes'
+# last phases, which trainings are parked, rollout ends and trainings done.
+_State = tuple[
+    float, list[tuple[float, int, int]], list[float], list[int], list[bool], list[float], list[int]
+]
 
 
 def _repeats(now: _State, before: _State) -> bool:
-    """Equal states, times within `SHIFT_TOLERANCE_S` (the rule `repeat_watch` uses)."""
-    queue, free, last, parked, ahead = now
-    queue0, free0, last0, parked0, ahead0 = before
-    if last != last0 or ahead != ahead0 or len(queue) != len(queue0):
+    """Is the run's state `now` the one `before`, shifted in time?
+
+    Everything the rest of the run depends on, each relative to its own
+    moment, within `SHIFT_TOLERANCE_S` (the rule `repeat_watch` uses): the
+    queued rollouts in queue order, when each node is free, which phase it
+    ran last, each parked training's rollout end, and how many trainings
+    each member is ahead of member 0 (the turn rule compares counts). No
+    phase computed from a moment on is ready before its floor (a queued
+    rollout is ready then or later, a parked training when its rollout
+    ended), so a node free before then counts as free at the floor. The
+    cheap comparisons go first: most states differ there.
+    """
+    t, queue, free, last, waiting, roll_end, done = now
+    t0, queue0, free0, last0, waiting0, roll_end0, done0 = before
+    if last != last0 or waiting != waiting0 or len(queue) != len(queue0):
         return False
-    if any(
-        k != k0 or abs(q - q0) > SHIFT_TOLERANCE_S
-        for (q, k), (q0, k0) in zip(queue, queue0, strict=True)
-    ):
-        return False
-    if any(abs(f - f0) > SHIFT_TOLERANCE_S for f, f0 in zip(free, free0, strict=True)):
-        return False
-    for p, p0 in zip(parked, parked0, strict=True):
-        if (p is None) != (p0 is None) or (p is not None and abs(p - p0) > SHIFT_TOLERANCE_S):
+    lead, lead0 = done[0], done0[0]
+    for d, d0 in zip(done, done0, strict=True):
+        if d - lead != d0 - lead0:
+            return False
+    for (q, _, k), (q0, _, k0) in zip(queue, queue0, strict=True):
+        if k != k0 or abs((q - t) - (q0 - t0)) > SHIFT_TOLERANCE_S:
+            return False
+    floor, floor0 = t, t0
+    for k, w in enumerate(waiting):
+        if w:
+            floor, floor0 = min(floor, roll_end[k]), min(floor0, roll_end0[k])
+            if abs((roll_end[k] - t) - (roll_end0[k] - t0)) > SHIFT_TOLERANCE_S:
+                return False
+    for f, f0 in zip(free, free0, strict=True):
+        shift = ((f if f > floor else floor) - t) - ((f0 if f0 > floor0 else floor0) - t0)
+        if abs(shift) > SHIFT_TOLERANCE_S:
             return False
     return True
 

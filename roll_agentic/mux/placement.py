@@ -406,7 +406,7 @@ class RollMuxPolicy(RoundRobinPhases):
                 del self._views[gid], self._groups[gid]
             self._prune_at = 2 * len(self._views) + 16
         best, best_score = fallback, fallback_score
-        switch = spec.warm_switch_s
+        switch, fifo = spec.warm_switch_s, spec.rollout_fifo
         if bound is not None and bound < best_score:
             best_score = bound
         checks = 0
@@ -428,8 +428,8 @@ class RollMuxPolicy(RoundRobinPhases):
             profiles = [*group.members.values(), job]
             plans = [*view.plans, plan]
             checks += 1  # a check settled by the bound counts too: the same candidates are weighed
-            if surely_misses_slo(plans, profiles, self.headroom, switch, spec.rollout_fifo):
-                continue
+            if screen and surely_misses_slo(plans, profiles, self.headroom, switch, fifo):
+                continue  # its bounds pass a budget: the run would refuse it (`slo_bound.py`)
             periods = evaluate_on(plans, spec)
             if not slo_periods_ok(periods, profiles, self.headroom):
                 continue
