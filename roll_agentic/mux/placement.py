@@ -428,8 +428,11 @@ class RollMuxPolicy(RoundRobinPhases):
             profiles = [*group.members.values(), job]
             plans = [*view.plans, plan]
             checks += 1  # a check settled by the bound counts too: the same candidates are weighed
-            if screen and surely_misses_slo(plans, profiles, self.headroom, switch, fifo):
-                continue  # its bounds pass a budget: the run would refuse it (`slo_bound.py`)
+            # Its bounds pass a budget: the run would refuse it (`slo_bound.py`).
+            # Only with FIFO rollout nodes, where the run is slow and the
+            # screens above, which assume turn-locked paces, miss most refusals.
+            if screen and fifo and surely_misses_slo(plans, profiles, self.headroom, switch, True):
+                continue
             periods = evaluate_on(plans, spec)
             if not slo_periods_ok(periods, profiles, self.headroom):
                 continue

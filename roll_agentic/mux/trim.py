@@ -112,7 +112,8 @@ def trim_offer(
         plans = list(view.plans)
         plans[at] = MemberPlan(times, keep, pin.train_nodes)
         if n_members > 1:
-            if surely_misses_slo(plans, profiles, headroom, spec.warm_switch_s, spec.rollout_fifo):
+            fifo = spec.rollout_fifo  # where the run is slow (see `RollMuxPolicy.best`)
+            if fifo and surely_misses_slo(plans, profiles, headroom, spec.warm_switch_s, fifo):
                 continue
             periods = evaluate_on(plans, spec)
             if not slo_periods_ok(periods, profiles, headroom):
