@@ -94,10 +94,20 @@ def fifo_train_ends(
     heap = [(0.0, j, j) for j in range(n)]  # (queued at, seq, member)
     seq = n
     heappop, heappush = heapq.heappop, heapq.heappush
-    # The phases below are started inline, not by a helper: this loop runs
-    # inside every SLO check. Each starts once ready and its nodes are free,
-    # plus a warm switch if a node last ran another phase; its nodes pass
-    # on after its hold (a rollout's, with migration, is shorter than it).
+
+    def occupy(nodes: list[int], ready: float, ph: int, hold: float) -> float:
+        """Start phase `ph` on `nodes` once ready and free; they pass on after `hold`. Its start."""
+        start, switch = ready, 0.0
+        for x in nodes:
+            if free[x] > start:
+                start = free[x]
+            if last[x] != ph and last[x] != -1:
+                switch = switch_s  # a warm switch from another job's or kind's phase
+        start += switch
+        for x in nodes:
+            free[x], last[x] = start + hold, ph
+        return start
+
     seen: _State | None = None
     while heap:
         ready, _, j = heappop(heap)
@@ -106,18 +116,7 @@ def fifo_train_ends(
             if seen is not None and _repeats(now, seen):
                 return ends, ready - seen[0]
             seen = now
-        ph, start, switch = 2 * j, ready, 0.0
-        nodes = roll_nodes[j]
-        for x in nodes:
-            if free[x] > start:
-                start = free[x]
-            if last[x] != ph and last[x] != -1:
-                switch = switch_s
-        start += switch
-        held = start + hold_s[j]
-        for x in nodes:
-            free[x], last[x] = held, ph
-        roll_end[j] = start + roll_s[j]
+        roll_end[j] = occupy(roll_nodes[j], ready, 2 * j, hold_s[j]) + roll_s[j]
         # Trains to compute now: this one, if each training node's previous
         # member in turn order has trained enough, then parked ones behind it.
         waiting[j] = True
@@ -134,17 +133,7 @@ def fifo_train_ends(
             if blocked:
                 continue
             waiting[k] = False
-            ph, start, switch = 2 * k + 1, roll_end[k], 0.0
-            nodes = train_nodes[k]
-            for x in nodes:
-                if free[x] > start:
-                    start = free[x]
-                if last[x] != ph and last[x] != -1:
-                    switch = switch_s
-            start += switch
-            end = start + train_s[k]
-            for x in nodes:
-                free[x], last[x] = end, ph
+            end = occupy(train_nodes[k], roll_end[k], 2 * k + 1, train_s[k]) + train_s[k]
             trains_done[k] += 1
             ends[k].append(end)
             if trains_done[k] < meta_iterations:

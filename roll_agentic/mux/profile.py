@@ -82,7 +82,7 @@ class ClusterSpec:
     migration: bool = False
     # Rollout nodes serve queued rollouts first come, first served instead of
     # in turns (training nodes keep theirs). Turns lock every job that shares
-    # a node to the slowest one's pace (`round_robin._locked_periods`), so a
+    # a node to the slowest one's pace (`round_robin.locked_periods`), so a
     # rollout node shared by jobs on different training nodes slows the
     # faster ones to the slowest; with migration a rollout holds its nodes
     # for about a third of its length, and a short wait in a queue costs

@@ -98,7 +98,7 @@ def _steady_period(ends: list[float]) -> float:
     return (ends[-1] - ends[k0]) / (len(ends) - 1 - k0)
 
 
-def _locked_periods(
+def locked_periods(
     periods: list[float], members: Sequence[MemberPlan], fifo_rollout: bool = False
 ) -> list[float]:
     """Each member's long-run period: the slowest of those it shares nodes with, directly or not.
@@ -240,7 +240,7 @@ def evaluate_round_robin(
         if repeating is not None:
             return repeating  # every later meta-iteration is this one shifted
     # Train end to train end: one rollout, one train and one sync, as solo.
-    return _locked_periods([_steady_period(e) for e in ends], members)
+    return locked_periods([_steady_period(e) for e in ends], members)
 
 
 def _fifo_periods(periods: list[float], members: Sequence[MemberPlan]) -> list[float]:
@@ -254,7 +254,7 @@ def _fifo_periods(periods: list[float], members: Sequence[MemberPlan]) -> list[f
         [m.times.roll_node_s for m in members],
         fifo,
     )
-    return _locked_periods(periods, members, fifo_rollout=True)
+    return locked_periods(periods, members, fifo_rollout=True)
 
 
 def evaluate_on(members: Sequence[MemberPlan], spec: ClusterSpec) -> list[float]:
@@ -371,7 +371,7 @@ def _evaluate_by_events(
     periods = [_steady_period(e) for e in ends]
     if fifo_rollout:
         return _fifo_periods(periods, members)
-    return _locked_periods(periods, members)
+    return locked_periods(periods, members)
 
 
 def evaluate_static_order(

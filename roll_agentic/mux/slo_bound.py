@@ -13,7 +13,7 @@ be rejected from lower bounds on the periods that run would find:
   which falls as their periods grow; in a feasible group none exceeds its
   SLO budget, so the wait at those budgets is a lower bound;
 - members linked by shared turn-taking nodes run at the slowest one's
-  pace (`round_robin._locked_periods`).
+  pace (`round_robin.locked_periods`).
 
 If one of these bounds already passes a member's budget, the run could
 only confirm it. Never wrong the other way (tests check it on random
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from roll_agentic.mux.profile import JobProfile
-from roll_agentic.mux.round_robin import MemberPlan
+from roll_agentic.mux.round_robin import MemberPlan, locked_periods
 from roll_agentic.mux.slo_check import group_headroom
 
 
@@ -69,21 +69,5 @@ def surely_misses_slo(
             return True
     # Linked members share the slowest one's pace: training nodes link them,
     # and rollout nodes too where they take turns.
-    parent = list(range(n))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    first: dict[int, int] = {}
-    for i, m in enumerate(plans):
-        for x in m.train_nodes if fifo_rollout else (*m.rollout_nodes, *m.train_nodes):
-            parent[root(i)] = root(first.setdefault(x, i))
-    slowest: dict[int, float] = {}
-    for i in range(n):
-        r = root(i)
-        if bound[i] > slowest.get(r, 0.0):
-            slowest[r] = bound[i]
-    return any(slowest[root(k)] > budgets[k] for k in range(n))
+    locked = locked_periods(bound, plans, fifo_rollout)
+    return any(t > b for t, b in zip(locked, budgets, strict=True))
