@@ -210,12 +210,13 @@ def with_queueing(
     SLO was met, for 0.5-2 % more $/h.)
     """
     out = []
+    n = len(periods)
     for j, period in enumerate(periods):
         mine = fifo.intersection(roll_nodes[j])
-        wait = sum(
-            holds[k] * holds[k] / (2.0 * periods[k])
-            for k in range(len(periods))
-            if k != j and mine.intersection(roll_nodes[k])
-        )
+        wait = 0.0
+        if mine:
+            for k in range(n):
+                if k != j and not mine.isdisjoint(roll_nodes[k]):
+                    wait += holds[k] * holds[k] / (2.0 * periods[k])
         out.append(max(period, iters[j] + wait))
     return out
