@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from roll_agentic.mux.group import Group, Placement
 from roll_agentic.mux.group_view import GroupView
 from roll_agentic.mux.profile import ClusterSpec
-from roll_agentic.mux.round_robin import evaluate_on
+from roll_agentic.mux.round_robin import MemberPlan, evaluate_on, locked_periods
 from roll_agentic.mux.slo_check import progress_rate
 
 if TYPE_CHECKING:
@@ -66,9 +66,9 @@ def member_adds_at_most(view: GroupView, group: Group, job_id: str, spec: Cluste
     own plan allows, and no faster than its busiest shared training node:
     such a node serves each of its members one phase per round, in turns,
     so every member's period there is at least the node's load (the
-    phases and warm switches of all of them). The group's effective cost
-    without it is then at least its cost over that summed rate. Exact for a
-    pair.
+    phases and warm switches of all of them); and members linked by shared
+    nodes keep the slowest one's pace. The group's effective cost without
+    it is then at least its cost over that summed rate. Exact for a pair.
     """
     known = view.adds.get(job_id)
     if known is not None or len(view.members) == 1:
@@ -86,7 +86,8 @@ def member_adds_at_most(view: GroupView, group: Group, job_id: str, spec: Cluste
         if j != job_id:
             for x in m.train_nodes:
                 shared[x] = shared.get(x, 0) + 1
-    at_most = 0.0
+    rest: list[MemberPlan] = []
+    periods: list[float] = []
     for j, m in zip(view.members, view.plans, strict=True):
         if j == job_id:
             continue
@@ -95,7 +96,13 @@ def member_adds_at_most(view: GroupView, group: Group, job_id: str, spec: Cluste
             for x in m.train_nodes:
                 if shared[x] > 1 and load[x] > period:
                     period = load[x]
-        at_most += min(1.0, profiles[j].planned_iter_s / period)
+        rest.append(m)
+        periods.append(period)
+    if len(rest) > 1 and not view.colocated:
+        # Linked members keep the slowest one's pace (`round_robin.locked_periods`).
+        periods = locked_periods(periods, rest, spec.rollout_fifo)
+    solo = [profiles[j].planned_iter_s for j in view.members if j != job_id]
+    at_most = sum(min(1.0, s / t) for s, t in zip(solo, periods, strict=True))
     return view.cost * n / view.rate - (view.cost - own) * (n - 1) / at_most
 
 
