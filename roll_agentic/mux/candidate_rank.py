@@ -1,4 +1,4 @@
-"""Candidates in one group for an arriving job, each with a bound on its score, before any is simulated.
+"""A group's candidates for an arriving job, each with a bound on its score, unsimulated.
 
 `RollMuxPolicy.best` sorts every group's candidates by these bounds and runs
 the SLO check (a round-robin simulation) in that order, stopping once no

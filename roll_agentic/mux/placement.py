@@ -72,8 +72,6 @@ from roll_agentic.mux.trim import could_trim, own_rollout_nodes, trim_offer
 SLO_HEADROOM = 0.05
 
 
-
-
 @dataclass
 class RollMuxPolicy(RoundRobinPhases):
     """SLO-feasible candidate of least effective cost (see the module docstring).
@@ -348,7 +346,8 @@ class RollMuxPolicy(RoundRobinPhases):
         train_add = by_extra[-1][0][1].train_s + spec.warm_switch_s
         ranked: list[Ranked] = []
         rules = RankRules(
-            spec.warm_switch_s, *self._prices, self.share_any, self.share_train, self.screen, self.rate_aware
+            spec.warm_switch_s, *self._prices,
+            self.share_any, self.share_train, self.screen, self.rate_aware,
         )
         views, owners, cap = self._views, self._groups, 1.0 + self.headroom
         max_members, screen = self.max_members, self.screen

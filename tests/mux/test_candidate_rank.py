@@ -10,7 +10,9 @@ SPEC = ClusterSpec(rollout_shrink=False)
 
 
 def _job(i: int, n_t: int = 1) -> JobProfile:
-    return JobProfile(f"j{i}", "balanced", "small", 1, n_t, 900.0, 900.0, 8.0, 2.0, 112.0, 14.0, 2.0)
+    return JobProfile(
+        f"j{i}", "balanced", "small", 1, n_t, 900.0, 900.0, 8.0, 2.0, 112.0, 14.0, 2.0
+    )
 
 
 def _ranked(extra_train: int, share_any: bool) -> list:
@@ -22,7 +24,8 @@ def _ranked(extra_train: int, share_any: bool) -> list:
     view = policy._group_view(group)
     job = _job(1)
     rules = RankRules(
-        SPEC.warm_switch_s, SPEC.price(Pool.ROLLOUT), SPEC.price(Pool.TRAIN), share_any, False, True, True
+        SPEC.warm_switch_s, SPEC.price(Pool.ROLLOUT), SPEC.price(Pool.TRAIN),
+        share_any, False, True, True,
     )
     options = rollout_options(job, SPEC, SLO_HEADROOM, extra_train)
     ranked: list = []
