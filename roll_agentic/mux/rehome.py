@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 from roll_agentic.mux.group import Group, Placement
 from roll_agentic.mux.group_view import GroupView
 from roll_agentic.mux.profile import ClusterSpec
-from roll_agentic.mux.round_robin import MemberPlan, evaluate_on, locked_periods
+from roll_agentic.mux.round_robin import evaluate_on
+from roll_agentic.mux.slo_bound import period_floors
 from roll_agentic.mux.slo_check import progress_rate
 
 if TYPE_CHECKING:
@@ -63,46 +64,26 @@ def member_adds_at_most(view: GroupView, group: Group, job_id: str, spec: Cluste
     """An upper bound on `member_adds`, with no round-robin run.
 
     Without the member, each other one progresses at most at the pace its
-    own plan allows, and no faster than its busiest shared training node:
-    such a node serves each of its members one phase per round, in turns,
-    so every member's period there is at least the node's load (the
-    phases and warm switches of all of them); and members linked by shared
-    nodes keep the slowest one's pace. The group's effective cost without
-    it is then at least its cost over that summed rate. Exact for a pair.
+    period's lower bound allows (`slo_bound.period_floors`: its own plan,
+    its busiest shared training node, the slowest member linked to it). The
+    group's effective cost without it is then at least its cost over that
+    summed rate. Exact for a pair.
     """
     known = view.adds.get(job_id)
     if known is not None or len(view.members) == 1:
         return member_adds(view, group, job_id, spec)
     n = len(view.members)
     own = group.own_cost_per_hour(job_id, spec)
-    profiles, switch = group.members, spec.warm_switch_s
-    mine = view.plans[view.members.index(job_id)]
-    # Training nodes' loads once the member is gone (a node it alone used goes too).
-    load = dict(view.load)
-    for x in mine.train_nodes:
-        load[x] -= mine.times.train_s + switch
-    shared: dict[int, int] = {}
-    for j, m in zip(view.members, view.plans, strict=True):
-        if j != job_id:
-            for x in m.train_nodes:
-                shared[x] = shared.get(x, 0) + 1
-    rest: list[MemberPlan] = []
-    periods: list[float] = []
-    for j, m in zip(view.members, view.plans, strict=True):
-        if j == job_id:
-            continue
-        period = m.times.iter_s
-        if not view.colocated:  # a co-located node's turns serve both pools
-            for x in m.train_nodes:
-                if shared[x] > 1 and load[x] > period:
-                    period = load[x]
-        rest.append(m)
-        periods.append(period)
-    if len(rest) > 1 and not view.colocated:
-        # Linked members keep the slowest one's pace (`round_robin.locked_periods`).
-        periods = locked_periods(periods, rest, spec.rollout_fifo)
-    solo = [profiles[j].planned_iter_s for j in view.members if j != job_id]
-    at_most = sum(min(1.0, s / t) for s, t in zip(solo, periods, strict=True))
+    rest = [(j, m) for j, m in zip(view.members, view.plans, strict=True) if j != job_id]
+    plans = [m for _, m in rest]
+    if view.colocated:  # a co-located node's turns serve both pools: own plans only
+        periods = [m.times.iter_s for m in plans]
+    else:
+        periods = period_floors(plans, spec.warm_switch_s, spec.rollout_fifo)
+    profiles = group.members
+    at_most = sum(
+        min(1.0, profiles[j].planned_iter_s / t) for (j, _), t in zip(rest, periods, strict=True)
+    )
     return view.cost * n / view.rate - (view.cost - own) * (n - 1) / at_most
 
 

@@ -30,16 +30,17 @@ from roll_agentic.mux.round_robin import MemberPlan, locked_periods
 from roll_agentic.mux.slo_check import group_headroom
 
 
-def surely_misses_slo(
+def period_floors(
     plans: Sequence[MemberPlan],
-    profiles: Sequence[JobProfile],
-    headroom: float,
     switch_s: float,
     fifo_rollout: bool,
-) -> bool:
-    """True only if `slo_periods_ok` on the group's round-robin periods would be False."""
-    keep = 1.0 + group_headroom(headroom, len(profiles))
-    budgets = [p.slo * p.planned_iter_s / keep for p in profiles]
+    budgets: Sequence[float] | None = None,
+) -> list[float]:
+    """Lower bounds on each member's round-robin period, with no run (see the module docstring).
+
+    `budgets`: the members' SLO budgets, if the group is taken to be
+    feasible; with FIFO rollout nodes they bound each member's least wait.
+    """
     n = len(plans)
     train_load: dict[int, float] = {}
     on_train: dict[int, int] = {}
@@ -50,7 +51,7 @@ def surely_misses_slo(
     # Each member's own bound: its iteration (plus its least FIFO wait), its
     # shared training nodes' loads.
     bound = [m.times.iter_s for m in plans]
-    if fifo_rollout:
+    if fifo_rollout and budgets is not None:
         fifo = [set(m.rollout_nodes).difference(train_load) for m in plans]
         for k in range(n):
             if not fifo[k]:
@@ -65,9 +66,20 @@ def surely_misses_slo(
         for x in m.train_nodes:
             if on_train[x] > 1 and train_load[x] > bound[k]:
                 bound[k] = train_load[x]
-        if bound[k] > budgets[k]:
-            return True
     # Linked members share the slowest one's pace: training nodes link them,
     # and rollout nodes too where they take turns.
-    locked = locked_periods(bound, plans, fifo_rollout)
-    return any(t > b for t, b in zip(locked, budgets, strict=True))
+    return locked_periods(bound, plans, fifo_rollout)
+
+
+def surely_misses_slo(
+    plans: Sequence[MemberPlan],
+    profiles: Sequence[JobProfile],
+    headroom: float,
+    switch_s: float,
+    fifo_rollout: bool,
+) -> bool:
+    """True only if `slo_periods_ok` on the group's round-robin periods would be False."""
+    keep = 1.0 + group_headroom(headroom, len(profiles))
+    budgets = [p.slo * p.planned_iter_s / keep for p in profiles]
+    floors = period_floors(plans, switch_s, fifo_rollout, budgets)
+    return any(t > b for t, b in zip(floors, budgets, strict=True))
