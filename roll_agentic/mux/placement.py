@@ -58,7 +58,7 @@ from roll_agentic.mux.policy import RoundRobinPhases
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
 from roll_agentic.mux.rehome import MoveOffer, Rehomer
 from roll_agentic.mux.round_robin import MemberPlan, evaluate_on
-from roll_agentic.mux.slo_bound import surely_misses_slo
+from roll_agentic.mux.slo_bound import feasible_floors
 from roll_agentic.mux.slo_check import progress_rate, slo_periods_ok
 from roll_agentic.mux.trim import could_trim, own_rollout_nodes, trim_offer
 
@@ -70,6 +70,9 @@ from roll_agentic.mux.trim import could_trim, own_rollout_nodes, trim_offer
 # there, 1.2 % less); 5 % met every SLO in each, on 2,000 jobs too.
 # Groups beyond five members keep more (`slo_check.group_headroom`).
 SLO_HEADROOM = 0.05
+
+# $/h below which two scores count as tied when a bound settles a candidate.
+_TIE = 1e-6
 
 
 @dataclass
@@ -430,8 +433,17 @@ class RollMuxPolicy(RoundRobinPhases):
             # Its bounds pass a budget: the run would refuse it (`slo_bound.py`).
             # Only with FIFO rollout nodes, where the run is slow and the
             # screens above, which assume turn-locked paces, miss most refusals.
-            if screen and fifo and surely_misses_slo(plans, profiles, self.headroom, switch, True):
-                continue
+            if screen and fifo:
+                floors = feasible_floors(plans, profiles, self.headroom, switch, True)
+                if floors is None:
+                    continue
+                # Its progress at those floors is the most it could make: if
+                # even that loses to the best found, the run cannot change it.
+                # (Not on a tie: the floors and the run's periods may differ
+                # in the last bit, and a tie is broken by that bit.)
+                most = progress_rate(floors, profiles, plans) - view.rate
+                if self.rate_aware and effective_cost(view, extra, most) > best_score + _TIE:
+                    continue
             periods = evaluate_on(plans, spec)
             if not slo_periods_ok(periods, profiles, self.headroom):
                 continue

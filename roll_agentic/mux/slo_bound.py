@@ -71,6 +71,29 @@ def period_floors(
     return locked_periods(bound, plans, fifo_rollout)
 
 
+def feasible_floors(
+    plans: Sequence[MemberPlan],
+    profiles: Sequence[JobProfile],
+    headroom: float,
+    switch_s: float,
+    fifo_rollout: bool,
+) -> list[float] | None:
+    """Lower bounds on the periods of the group if it keeps every SLO; None if it surely cannot.
+
+    None only if `slo_periods_ok` on the group's round-robin periods would
+    be False. Otherwise the bounds hold for the run's periods whenever that
+    check passes: a candidate's progress rate is at most theirs, so its
+    score is at least what they give (`RollMuxPolicy.best` skips a
+    candidate whose bound already loses to the best one found).
+    """
+    keep = 1.0 + group_headroom(headroom, len(profiles))
+    budgets = [p.slo * p.planned_iter_s / keep for p in profiles]
+    floors = period_floors(plans, switch_s, fifo_rollout, budgets)
+    if any(t > b for t, b in zip(floors, budgets, strict=True)):
+        return None
+    return floors
+
+
 def surely_misses_slo(
     plans: Sequence[MemberPlan],
     profiles: Sequence[JobProfile],
@@ -79,7 +102,4 @@ def surely_misses_slo(
     fifo_rollout: bool,
 ) -> bool:
     """True only if `slo_periods_ok` on the group's round-robin periods would be False."""
-    keep = 1.0 + group_headroom(headroom, len(profiles))
-    budgets = [p.slo * p.planned_iter_s / keep for p in profiles]
-    floors = period_floors(plans, switch_s, fifo_rollout, budgets)
-    return any(t > b for t, b in zip(floors, budgets, strict=True))
+    return feasible_floors(plans, profiles, headroom, switch_s, fifo_rollout) is None

@@ -82,6 +82,9 @@ class ClusterSimulator(JobMoves):
         self.shares_nothing = getattr(policy, "shares_nothing", None)
         # And those that hold running jobs to their whole run's SLO (`mux/slack.py`).
         self.bank_slack = bool(getattr(policy, "bank_slack", False))
+        # Moving members look only when something changed (`_rest`); with a
+        # target that moves as it runs, or re-plans to follow, at every iteration end.
+        self._rests_on_screen = self.rehome and not self.bank_slack and self.replan_every_s <= 0
         # The share of an SLO the policy keeps back; moves and banked targets keep it too.
         self.headroom = float(getattr(policy, "headroom", 0.0))
         self.spec = spec
@@ -258,7 +261,9 @@ class ClusterSimulator(JobMoves):
                 self._regroup(rt, now)
             if target is None and rt.group_id not in self._replanner.forming():
                 self._trim(rt, now)
-            if rt.alone_on is not None and not self._stays_alone(rt):
+            if self._rests_on_screen:
+                self._rest(rt)
+            elif rt.alone_on is not None and not self._stays_alone(rt):
                 if self.bank_slack or rt.tried_at != self._room_changes:
                     self._watch.add(job_id)  # its target moves, or its last look did not search
                 else:  # it looks again once some group gained room
@@ -304,7 +309,28 @@ class ClusterSimulator(JobMoves):
         if self._lone.get(job_id, self._room_changes) != self._room_changes:
             del self._lone[job_id]
             return True
-        return self.rehome or bool(self._replanner.targets)
+        return (self.rehome and not self._rests_on_screen) or bool(self._replanner.targets)
+
+    def _rest(self, rt: JobRuntime) -> None:
+        """Until what a job that may move (`rehome`) needs no look at its iteration ends.
+
+        Its look (`_regroup`) finds nothing to do while it is content with
+        its group's members, or while no group gained room since it last
+        tried and its group's members are the ones it tried with; a change
+        of its own group puts it on `_watch` (`_screen`). So it is woken by
+        that change alone when content, by a room change too when not, and
+        looked at next time otherwise (its last look was held back: a move
+        would not have kept its SLO). The same looks as at every iteration
+        end, without the ~290,000 that find nothing on 2,000 jobs.
+        """
+        own = tuple(self._book.groups[rt.group_id].pinning)
+        job_id = rt.trace.profile.job_id
+        if own == rt.content_with:
+            return
+        if rt.tried_at == self._room_changes and own == rt.seen_with:
+            self._lone[job_id] = self._room_changes
+        else:
+            self._watch.add(job_id)
 
     def _stays_alone(self, rt: JobRuntime) -> bool:
         """No group could take this job, however the groups change (its SLO target is too tight)."""
