@@ -44,6 +44,9 @@ class GroupView:
     known_rate: float | None = None
     # What each member adds to the group's effective cost (`RollMuxPolicy.move_offer`).
     adds: dict[str, float] = field(default_factory=dict)
+    # The others' summed rate without a member, where `adds` ran it: the
+    # group's rate once that member has left (`RollMuxPolicy._group_view`).
+    rates_without: dict[str, float] = field(default_factory=dict)
 
     @cached_property
     def rate(self) -> float:

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import cast
+from typing import NamedTuple, cast
 
 from roll_agentic.mux.batch import SEED_ORDERS, BatchStep, PlaceFn, build_plan, search_batch
 from roll_agentic.mux.candidate_rank import Options, Ranked, RankRules, rank_candidates
@@ -73,6 +73,16 @@ SLO_HEADROOM = 0.05
 
 # $/h below which two scores count as tied when a bound settles a candidate.
 _TIE = 1e-6
+
+
+class Joined(NamedTuple):
+    """A group as its winning candidate left it: members, their summed progress
+    rate (from its SLO check), the newcomer, and the rate before it joined."""
+
+    members: tuple[str, ...]
+    rate: float
+    job_id: str
+    rate_before: float
 
 
 @dataclass
@@ -192,7 +202,7 @@ class RollMuxPolicy(RoundRobinPhases):
     _groups: dict[int, Group] = field(default_factory=dict, repr=False)  # whose views we keep
     # The winning candidate's membership and progress rate, measured by its
     # SLO check: the group's next view needs no simulation of its own.
-    _joined: dict[int, tuple[tuple[str, ...], float]] = field(default_factory=dict, repr=False)
+    _joined: dict[int, Joined] = field(default_factory=dict, repr=False)
     _rehomer: Rehomer = field(init=False, repr=False)
     _prices: tuple[float, float] = field(init=False, repr=False)  # $/h of a rollout, a training node
     _prune_at: int = field(default=16, repr=False)
@@ -230,8 +240,16 @@ class RollMuxPolicy(RoundRobinPhases):
         if view is None or view.version != group.version or self._groups.get(group.group_id) is not group:
             members = tuple(group.pinning)
             known = self._joined.pop(group.group_id, None)
-            rate = known[1] if known is not None and known[0] == members else None
-            view = self._views[group.group_id] = view_of(group, self.spec, rate)
+            if known is not None and known.members == members:
+                # Without the newcomer the group ran at its rate before: what it adds needs no run.
+                view = view_of(group, self.spec, known.rate)
+                view.rates_without[known.job_id] = known.rate_before
+            else:
+                rate = None
+                if view is not None and self._groups.get(group.group_id) is group:
+                    rate = _rate_after_leaving(view, group.version, members)
+                view = view_of(group, self.spec, rate)
+            self._views[group.group_id] = view
             self._groups[group.group_id] = group
         elif view.targets != group.targets:  # only SLO targets moved (banked slack)
             view = replace(
@@ -463,8 +481,22 @@ class RollMuxPolicy(RoundRobinPhases):
             score = effective_cost(view, extra, score_gain)
             if score < best_score:
                 best, best_score = placement, score
-                joined = (*view.members, job.job_id), view.rate + score_gain
+                joined = Joined((*view.members, job.job_id), view.rate + score_gain, job.job_id, view.rate)
         if best is not fallback:
             self._joined[best.group_id] = joined
         return best, best_score if best is not fallback else fallback_score
 
+
+def _rate_after_leaving(view: GroupView, version: int, members: tuple[str, ...]) -> float | None:
+    """The group's rate, known from `view` if its one change since was a member leaving.
+
+    What a member adds (`rehome.member_adds`) runs the others without it;
+    once it leaves (moves, or finishes) the group is those others, on the
+    same nodes, so that run is the new group's.
+    """
+    if version != view.version + 1 or len(members) != len(view.members) - 1:
+        return None
+    gone = [j for j in view.members if j not in members]
+    if len(gone) != 1:
+        return None
+    return view.rates_without.get(gone[0])

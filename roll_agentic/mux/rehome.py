@@ -51,29 +51,37 @@ def member_adds(view: GroupView, group: Group, job_id: str, spec: ClusterSpec) -
         adds = view.cost
     else:
         own = group.own_cost_per_hour(job_id, spec)
-        rest = [m for j, m in zip(view.members, view.plans, strict=True) if j != job_id]
-        profiles = [p for j, p in group.members.items() if j != job_id]
-        periods = evaluate_on(rest, spec) if len(rest) > 1 else []
-        rate = progress_rate(periods, profiles, rest)
+        rate = view.rates_without.get(job_id)  # known if it joined last (`RollMuxPolicy._group_view`)
+        if rate is None:
+            rest = [m for j, m in zip(view.members, view.plans, strict=True) if j != job_id]
+            profiles = [p for j, p in group.members.items() if j != job_id]
+            periods = evaluate_on(rest, spec) if len(rest) > 1 else []
+            rate = view.rates_without[job_id] = progress_rate(periods, profiles, rest)
         adds = view.cost * n / view.rate - (view.cost - own) * (n - 1) / rate
     view.adds[job_id] = adds
     return adds
 
 
-def member_adds_at_most(view: GroupView, group: Group, job_id: str, spec: ClusterSpec) -> float:
+def member_adds_at_most(
+    view: GroupView, group: Group, job_id: str, spec: ClusterSpec, enough: float = float("-inf")
+) -> float:
     """An upper bound on `member_adds`, with no round-robin run.
 
     Without the member, each other one progresses at most at the pace its
     period's lower bound allows (`slo_bound.period_floors`: its own plan,
     its busiest shared training node, the slowest member linked to it). The
     group's effective cost without it is then at least its cost over that
-    summed rate. Exact for a pair.
+    summed rate. Exact for a pair. A cruder bound, the others at solo pace,
+    is returned when it is already `enough` (no more than that).
     """
     known = view.adds.get(job_id)
     if known is not None or len(view.members) == 1:
         return member_adds(view, group, job_id, spec)
     n = len(view.members)
     own = group.own_cost_per_hour(job_id, spec)
+    now = view.cost * n / view.rate
+    if now - (view.cost - own) <= enough:
+        return now - (view.cost - own)  # even with the others at solo pace
     rest = [(j, m) for j, m in zip(view.members, view.plans, strict=True) if j != job_id]
     plans = [m for _, m in rest]
     if view.colocated:  # a co-located node's turns serve both pools: own plans only
@@ -113,7 +121,7 @@ class Rehomer:
         job = group.members[job_id]
         view = policy._group_view(group)
         solo = job.solo_cost_per_hour(spec)
-        if member_adds_at_most(view, group, job_id, spec) <= self.margin * solo:
+        if member_adds_at_most(view, group, job_id, spec, self.margin * solo) <= self.margin * solo:
             return MoveOffer(None, content=True)  # settled without a round-robin run
         # A move must add less than this.
         need = member_adds(view, group, job_id, spec) - self.margin * solo

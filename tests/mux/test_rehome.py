@@ -129,3 +129,32 @@ def test_rehome_is_off_by_default_and_baselines_have_no_move_offer():
     jobs = [replace(j, n_iters=5) for j in _instance(3, 4)]
     r = ClusterSimulator(SPEC, RollMuxPolicy(SPEC)).run(jobs)
     assert r.slo_attainment == 1.0
+
+
+def test_rates_known_without_a_run_are_the_runs_rates():
+    # A newcomer's group ran at its old rate without it; a group a member
+    # left runs at the rate `member_adds` found without that member. Both
+    # are taken from what was already run: they must be what a run gives.
+    rng = random.Random(11)
+    spec = ClusterSpec(rollout_fifo=True)
+    joined = left = 0
+    for _ in range(30):
+        policy = RollMuxPolicy(spec, share_any=True)
+        book = GroupBook(spec)
+        for i in range(rng.randint(2, 6)):
+            j = job(i, rho=rng.uniform(0.2, 0.8), length=rng.uniform(900, 2400), slo=rng.uniform(1.3, 2.0))
+            group, _ = book.apply(policy.place(book.groups, j), j)
+            view = policy._group_view(group)
+            if j.job_id in view.rates_without:
+                fresh = view_of(group, spec)
+                assert member_adds(view, group, j.job_id, spec) == member_adds(fresh, group, j.job_id, spec)
+                joined += 1
+        for group in list(book.groups.values()):
+            if len(group.members) < 3:
+                continue
+            leaving = next(iter(group.members))
+            member_adds(policy._group_view(group), group, leaving, spec)
+            book.remove(leaving)
+            assert policy._group_view(group).rate_if_known() == view_of(group, spec).rate
+            left += 1
+    assert joined > 10 and left > 5
