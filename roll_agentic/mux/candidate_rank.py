@@ -51,9 +51,12 @@ def rank_candidates(
     rollout: list[int],
     budget: float,
     fallback_score: float,
+    cutoff: float = float("inf"),
 ) -> None:
     """Append the group's candidates, with their bounds, for each rollout node
     count in `options`, the job trained on `extra_train` nodes beyond its own.
+    Those whose bound is `cutoff` or more (the caller takes none that adds
+    as much) are left out.
 
     Every candidate reuses the group's least-loaded training nodes and
     least-loaded rollout nodes, so its loads follow from the cached
@@ -105,6 +108,8 @@ def rank_candidates(
                         own = max(own, view.load[rollout[r_reuse - 1]] + roll_add)
                     rate_max = min(1.0, job.planned_iter_s / max(own_iter, own - switch))
                     lb = effective_cost(view, extra, rate_max)
+                if lb >= cutoff:
+                    continue
                 key = (lb, extra, not likely, -tight, len(ranked))
                 pinned = tuple(rollout[:r_reuse]) + tuple(train[:t_reuse])
                 ranked.append((key, group, r_new, t_new, pinned, t, n_train))

@@ -354,6 +354,8 @@ class RollMuxPolicy(RoundRobinPhases):
         spec = self.spec
         fallback, by_extra = self._own_plan(job)
         fallback_score = fallback.extra_cost_per_hour
+        # What a candidate must beat: a group of its own, and the caller's bound.
+        cutoff = fallback_score if bound is None else min(fallback_score, bound)
         job_budget = job.slo * job.planned_iter_s / (1.0 + self.headroom)
         if self.shares_nothing(job):
             # An SLO inside the headroom: no group runs it faster than alone,
@@ -415,7 +417,7 @@ class RollMuxPolicy(RoundRobinPhases):
             for extra_train, options in enumerate(by_extra):
                 rank_candidates(
                     ranked, rules, view, group, job, options, extra_train, train, rollout, budget,
-                    fallback_score,
+                    fallback_score, cutoff,
                 )
         ranked.sort(key=lambda r: r[0])
         if len(self._views) > self._prune_at:
@@ -425,10 +427,8 @@ class RollMuxPolicy(RoundRobinPhases):
             for gid in [g for g, grp in self._groups.items() if not grp.members]:
                 del self._views[gid], self._groups[gid]
             self._prune_at = 2 * len(self._views) + 16
-        best, best_score = fallback, fallback_score
+        best, best_score = fallback, cutoff
         switch, fifo = spec.warm_switch_s, spec.rollout_fifo
-        if bound is not None and bound < best_score:
-            best_score = bound
         checks = 0
         for key, group, r_new, t_new, pinned, t, n_train in ranked:
             if checks >= self.max_checks:
