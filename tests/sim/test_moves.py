@@ -126,3 +126,24 @@ def test_a_lone_job_looks_again_only_once_some_group_gained_room():
     late = rh(1, arrival=10 * 1800.0, n_iters=5)
     looks, _ = _looks_of("j0", [rh(0, n_iters=30), late])
     assert looks[0] == 1 and 1 < len(looks) <= 3
+
+
+def test_members_that_may_move_rest_until_something_changed_with_the_same_moves():
+    # With `rehome` any member may move; it is looked at only when its group
+    # changed or (not content) some group gained room (`_rest`). Looking at
+    # every iteration end must make the very same moves.
+    from roll_agentic.mux.profile import ClusterSpec
+    from roll_agentic.sim.trace import WorkloadSpec, generate_trace
+
+    spec = ClusterSpec(rollout_fifo=True)
+    trace = generate_trace(3, WorkloadSpec(n_jobs=40, span_days=3.0, h_min=12, h_max=36))
+    screened = []
+    sim = ClusterSimulator(spec, RollMuxPolicy(spec, rehome=True, share_any=True))
+    screen = sim._screen
+    sim._screen = lambda job_id: screened.append(screen(job_id)) or screened[-1]
+    resting = sim.run(trace.jobs)
+    every = _ScreensEveryEnd(spec, RollMuxPolicy(spec, rehome=True, share_any=True)).run(trace.jobs)
+    assert resting.moves == every.moves and resting.moves > 0
+    assert resting.total_cost == every.total_cost
+    assert [o.slowdown for o in resting.jobs] == [o.slowdown for o in every.jobs]
+    assert 0 < sum(screened) < 0.5 * len(screened)
