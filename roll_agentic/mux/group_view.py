@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple
 
 from roll_agentic.mux.group import Group
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
@@ -132,3 +133,29 @@ def effective_cost(view: GroupView, extra: float, gained: float) -> float:
     """
     n = len(view.members)
     return (view.cost + extra) * (n + 1) / (view.rate + gained) - view.cost * n / view.rate
+
+
+class Joined(NamedTuple):
+    """A group as its winning candidate left it: members, their summed progress
+    rate (from its SLO check), the newcomer, and the rate before it joined
+    (the others' without it: `GroupView.rates_without`)."""
+
+    members: tuple[str, ...]
+    rate: float
+    job_id: str
+    rate_before: float
+
+
+def rate_after_leaving(view: GroupView, version: int, members: tuple[str, ...]) -> float | None:
+    """The group's rate, known from `view` if its one change since was a member leaving.
+
+    What a member adds (`rehome.member_adds`) runs the others without it;
+    once it leaves (moves, or finishes) the group is those others, on the
+    same nodes, so that run is the new group's.
+    """
+    if version != view.version + 1 or len(members) != len(view.members) - 1:
+        return None
+    gone = [j for j in view.members if j not in members]
+    if len(gone) != 1:
+        return None
+    return view.rates_without.get(gone[0])

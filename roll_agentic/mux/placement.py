@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple, cast
+from typing import cast
 
 from roll_agentic.mux.batch import SEED_ORDERS, BatchStep, PlaceFn, build_plan, search_batch
 from roll_agentic.mux.candidate_rank import Options, Ranked, RankRules, rank_candidates
@@ -53,7 +53,14 @@ from roll_agentic.mux.group import (
     GroupBook,
     Placement,
 )
-from roll_agentic.mux.group_view import GroupView, effective_cost, slo_budget, view_of
+from roll_agentic.mux.group_view import (
+    GroupView,
+    Joined,
+    effective_cost,
+    rate_after_leaving,
+    slo_budget,
+    view_of,
+)
 from roll_agentic.mux.policy import RoundRobinPhases
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
 from roll_agentic.mux.rehome import MoveOffer, Rehomer
@@ -73,16 +80,6 @@ SLO_HEADROOM = 0.05
 
 # $/h below which two scores count as tied when a bound settles a candidate.
 _TIE = 1e-6
-
-
-class Joined(NamedTuple):
-    """A group as its winning candidate left it: members, their summed progress
-    rate (from its SLO check), the newcomer, and the rate before it joined."""
-
-    members: tuple[str, ...]
-    rate: float
-    job_id: str
-    rate_before: float
 
 
 @dataclass
@@ -247,7 +244,7 @@ class RollMuxPolicy(RoundRobinPhases):
             else:
                 rate = None
                 if view is not None and self._groups.get(group.group_id) is group:
-                    rate = _rate_after_leaving(view, group.version, members)
+                    rate = rate_after_leaving(view, group.version, members)
                 view = view_of(group, self.spec, rate)
             self._views[group.group_id] = view
             self._groups[group.group_id] = group
@@ -485,18 +482,3 @@ class RollMuxPolicy(RoundRobinPhases):
         if best is not fallback:
             self._joined[best.group_id] = joined
         return best, best_score if best is not fallback else fallback_score
-
-
-def _rate_after_leaving(view: GroupView, version: int, members: tuple[str, ...]) -> float | None:
-    """The group's rate, known from `view` if its one change since was a member leaving.
-
-    What a member adds (`rehome.member_adds`) runs the others without it;
-    once it leaves (moves, or finishes) the group is those others, on the
-    same nodes, so that run is the new group's.
-    """
-    if version != view.version + 1 or len(members) != len(view.members) - 1:
-        return None
-    gone = [j for j in view.members if j not in members]
-    if len(gone) != 1:
-        return None
-    return view.rates_without.get(gone[0])
