@@ -456,9 +456,10 @@ class RollMuxPolicy(RoundRobinPhases):
                 # even that loses to the best found, the run cannot change it.
                 # (Not on a tie: the floors and the run's periods may differ
                 # in the last bit, and a tie is broken by that bit.)
-                most = progress_rate(floors, profiles, plans) - view.rate
-                if self.rate_aware and effective_cost(view, extra, most) > best_score + _TIE:
-                    continue
+                if self.rate_aware:
+                    most = progress_rate(floors, profiles, plans) - view.rate
+                    if effective_cost(view, extra, most) > best_score + _TIE:
+                        continue
             periods = evaluate_on(plans, spec)
             if not slo_periods_ok(periods, profiles, self.headroom):
                 continue

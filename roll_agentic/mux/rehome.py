@@ -82,17 +82,14 @@ def member_adds_at_most(
     now = view.cost * n / view.rate
     if now - (view.cost - own) <= enough:
         return now - (view.cost - own)  # even with the others at solo pace
-    rest = [(j, m) for j, m in zip(view.members, view.plans, strict=True) if j != job_id]
-    plans = [m for _, m in rest]
+    plans = [m for j, m in zip(view.members, view.plans, strict=True) if j != job_id]
+    profiles = [p for j, p in group.members.items() if j != job_id]
     if view.colocated:  # a co-located node's turns serve both pools: own plans only
         periods = [m.times.iter_s for m in plans]
     else:
         periods = period_floors(plans, spec.warm_switch_s, spec.rollout_fifo)
-    profiles = group.members
-    at_most = sum(
-        min(1.0, profiles[j].planned_iter_s / t) for (j, _), t in zip(rest, periods, strict=True)
-    )
-    return view.cost * n / view.rate - (view.cost - own) * (n - 1) / at_most
+    at_most = progress_rate(periods, profiles, plans)
+    return now - (view.cost - own) * (n - 1) / at_most
 
 
 @dataclass
