@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 from roll_agentic.mux.group import Group, Placement
 from roll_agentic.mux.group_view import GroupView
-from roll_agentic.mux.profile import ClusterSpec
-from roll_agentic.mux.round_robin import evaluate_on
+from roll_agentic.mux.profile import ClusterSpec, JobProfile
+from roll_agentic.mux.round_robin import MemberPlan, evaluate_on
 from roll_agentic.mux.slo_bound import period_floors
 from roll_agentic.mux.slo_check import progress_rate
 
@@ -53,13 +53,18 @@ def member_adds(view: GroupView, group: Group, job_id: str, spec: ClusterSpec) -
         own = group.own_cost_per_hour(job_id, spec)
         rate = view.rates_without.get(job_id)  # known if it joined last (`RollMuxPolicy._group_view`)
         if rate is None:
-            rest = [m for j, m in zip(view.members, view.plans, strict=True) if j != job_id]
-            profiles = [p for j, p in group.members.items() if j != job_id]
+            rest, profiles = _others(view, group, job_id)
             periods = evaluate_on(rest, spec) if len(rest) > 1 else []
             rate = view.rates_without[job_id] = progress_rate(periods, profiles, rest)
         adds = view.cost * n / view.rate - (view.cost - own) * (n - 1) / rate
     view.adds[job_id] = adds
     return adds
+
+
+def _others(view: GroupView, group: Group, job_id: str) -> tuple[list[MemberPlan], list[JobProfile]]:
+    """The group's members but `job_id`: their plans and profiles."""
+    plans = [m for j, m in zip(view.members, view.plans, strict=True) if j != job_id]
+    return plans, [p for j, p in group.members.items() if j != job_id]
 
 
 def member_adds_at_most(
@@ -82,8 +87,7 @@ def member_adds_at_most(
     now = view.cost * n / view.rate
     if now - (view.cost - own) <= enough:
         return now - (view.cost - own)  # even with the others at solo pace
-    plans = [m for j, m in zip(view.members, view.plans, strict=True) if j != job_id]
-    profiles = [p for j, p in group.members.items() if j != job_id]
+    plans, profiles = _others(view, group, job_id)
     if view.colocated:  # a co-located node's turns serve both pools: own plans only
         periods = [m.times.iter_s for m in plans]
     else:
