@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import json
 import os
 import sys
@@ -65,6 +66,30 @@ def emulator_call(endpoint: str, method: str, path: str, region: str = "us-east-
 # -- commands ---------------------------------------------------------------
 
 
+def _service_errors(cmd):
+    """A client command that ends on the service's error in one line, not a traceback.
+
+    What the service refuses (a missing function, a payload that is not
+    JSON, a bad signature) and what never reached it (no emulator at the
+    endpoint, a module path that does not exist) are the user's to fix,
+    and the error already says what to fix.
+    """
+
+    @functools.wraps(cmd)
+    def run(args: argparse.Namespace) -> int:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return cmd(args)
+        except ClientError as e:
+            err = e.response.get("Error", {})
+            raise SystemExit(f"{args.serverless_cmd}: {err.get('Code', 'error')}: {err.get('Message', e)}") from None
+        except (BotoCoreError, OSError) as e:
+            raise SystemExit(f"{args.serverless_cmd}: {e}") from None
+
+    return run
+
+
 def cmd_start(args: argparse.Namespace) -> int:
     from serverless import sigv4
     from serverless.run import run
@@ -80,6 +105,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     return 0
 
 
+@_service_errors
 def cmd_deploy(args: argparse.Namespace) -> int:
     spec = deploy_mod.spec_for(Path(args.path), name=args.name, handler=args.handler,
                                memory_mb=args.memory, timeout_s=args.timeout)
@@ -89,6 +115,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     return 0
 
 
+@_service_errors
 def cmd_list(args: argparse.Namespace) -> int:
     client = _client(args)
     functions = [f for page in client.get_paginator("list_functions").paginate() for f in page["Functions"]]
@@ -113,6 +140,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+@_service_errors
 def cmd_invoke(args: argparse.Namespace) -> int:
     client = _client(args)
     resp = client.invoke(FunctionName=args.name, Payload=args.payload.encode(),
@@ -130,12 +158,14 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     return 0
 
 
+@_service_errors
 def cmd_logs(args: argparse.Namespace) -> int:
     ak, sk = _keys(args)
     print(emulator_call(_endpoint(args), "GET", f"/_emulator/logs/{args.name}?lines={args.lines}", args.region, ak, sk).decode(), end="")
     return 0
 
 
+@_service_errors
 def cmd_stop(args: argparse.Namespace) -> int:
     ak, sk = _keys(args)
     endpoint = _endpoint(args)

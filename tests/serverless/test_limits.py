@@ -128,6 +128,15 @@ def test_cli_list_invoke_logs(start_emulator, tmp_path):
     inv = run("invoke", "tiny", "--payload", "{}", "--log")
     assert inv.returncode == 0 and json.loads(inv.stdout) == {"reward": 0.25}
     assert "REPORT RequestId" in inv.stderr
+    # What the service refuses ends the command in one line that names it, not a traceback.
+    missing = run("invoke", "absent", "--payload", "{}")
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert missing.stderr.startswith("invoke: ResourceNotFoundException")
+    bad = run("invoke", "tiny", "--payload", "{not json")
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert bad.stderr.startswith("invoke: InvalidRequestContentException")
+    nothing = run("deploy", str(tmp_path / "absent.py"))
+    assert nothing.returncode == 1 and nothing.stderr.startswith("deploy: nothing to deploy at")
     listed = run("list")
     assert "tiny" in listed.stdout and "cost" in listed.stdout
     row = next(ln for ln in listed.stdout.splitlines() if ln.startswith("tiny"))
