@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -59,8 +60,16 @@ def emulator_call(endpoint: str, method: str, path: str, region: str = "us-east-
     SigV4Auth(Credentials(ak, sk), "lambda", region).add_auth(req)
     prepared = req.prepare()
     http = urllib.request.Request(prepared.url, data=prepared.body or None, method=method, headers=dict(prepared.headers))
-    with urllib.request.urlopen(http, timeout=30) as resp:  # noqa: S310 - the endpoint is the user's own
-        return resp.read()
+    try:
+        with urllib.request.urlopen(http, timeout=30) as resp:  # noqa: S310 - the endpoint is the user's own
+            return resp.read()
+    except urllib.error.HTTPError as e:  # the emulator's error body says what was wrong
+        body = e.read().decode(errors="replace")
+        try:
+            body = json.loads(body).get("message", body)
+        except (ValueError, AttributeError):
+            pass
+        raise OSError(f"{e.headers.get('x-amzn-ErrorType', f'HTTP {e.code}')}: {body}") from None
 
 
 # -- commands ---------------------------------------------------------------

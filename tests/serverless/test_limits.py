@@ -143,6 +143,8 @@ def test_cli_list_invoke_logs(start_emulator, tmp_path):
     assert row.split()[3] == "1"  # invocations
     logs = run("logs", "tiny")
     assert "tiny says hi" in logs.stdout
+    no_logs = run("logs", "absent")
+    assert no_logs.returncode == 1 and no_logs.stderr.startswith("logs: ResourceNotFoundException")
     assert run("stop").returncode == 0
 
 
