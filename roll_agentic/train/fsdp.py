@@ -26,6 +26,9 @@ def shard_model(trainer) -> None:
     fully_shard(model)
     for module in [*layers, model]:
         module.set_gradient_divide_factor(1.0)
+        # A plain SUM, not NCCL's PREMUL_SUM(1/1): the same sum, and the one gloo
+        # has too, so the sharded path also runs (and is tested) on CPU.
+        module.set_force_sum_reduction_for_comms(True)
     model._roll_agentic_fsdp = True
     # The optimizer must see the sharded parameters (DTensors), so it is rebuilt.
     trainer.optimizer = torch.optim.AdamW(model.parameters(), lr=trainer.cfg.lr, weight_decay=trainer.cfg.weight_decay)

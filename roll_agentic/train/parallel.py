@@ -58,13 +58,14 @@ class TrainerWorker:
         if cfg.device.startswith("cuda"):
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         self.trainer = PolicyTrainer(model_path, cfg, algo, temperature)
+        # Same initial weights everywhere, whatever each process loaded; before
+        # sharding, while every rank still holds plain full tensors.
+        for p in self.trainer.model.parameters():
+            torch.distributed.broadcast(p.data, src=0)
         if cfg.strategy == "fsdp":
             from roll_agentic.train.fsdp import shard_model
 
             shard_model(self.trainer)
-        # Same initial weights everywhere, whatever each process loaded.
-        for p in self.trainer.model.parameters():
-            torch.distributed.broadcast(p.data, src=0)
         return True
 
     def train_step(self, samples: list[Sample]) -> dict[str, float]:
@@ -76,17 +77,21 @@ class TrainerWorker:
     def apply(self, step: int | None = None) -> dict[str, float]:
         return self.trainer.apply(step)
 
-    def engine_state_dict(self) -> dict[str, torch.Tensor]:
-        return self.trainer.engine_state_dict()
+    def engine_state_dict(self) -> dict[str, torch.Tensor] | None:
+        state = self.trainer.engine_state_dict()  # under FSDP a collective: every rank gathers
+        return state if self.rank == 0 else None  # one copy crosses to the driver, not `world`
 
-    def state(self) -> dict:
-        return self.trainer.state()
+    def state(self) -> dict | None:
+        state = self.trainer.state()
+        return state if self.rank == 0 else None
 
     def load_state(self, state: dict, weights: dict[str, torch.Tensor]) -> None:
         self.trainer.load_state(state, weights)
 
     def parameters_flat(self) -> torch.Tensor:
-        return torch.cat([p.detach().reshape(-1).cpu() for p in self.trainer.model.parameters()])
+        """Every parameter, whole (under FSDP gathered from the shards: every rank must call)."""
+        params = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in self.trainer.model.parameters()]
+        return torch.cat([p.detach().reshape(-1).cpu() for p in params])
 
     def close(self) -> None:
         if torch.distributed.is_initialized():
@@ -103,6 +108,7 @@ class DataParallelTrainer:
                         for r in range(cfg.num_workers)]
         addr, port = ray.get(self.workers[0].address.remote())
         ray.get([w.init.remote(addr, port) for w in self.workers])
+        self.sharded = cfg.strategy == "fsdp"
         self.step = 0
 
     def train_step(self, samples: list[Sample]) -> dict[str, float]:
@@ -119,11 +125,17 @@ class DataParallelTrainer:
         step = self.step if step is None else step  # the ranks' own counters see only train_step
         return ray.get([w.apply.remote(step) for w in self.workers])[0]
 
+    def _from_rank0(self, method: str):
+        # Sharded weights are gathered by a collective that every rank must join;
+        # replicated ones (ddp) are read from rank 0 alone.
+        workers = self.workers if self.sharded else self.workers[:1]
+        return ray.get([getattr(w, method).remote() for w in workers])[0]
+
     def engine_state_dict(self) -> dict[str, torch.Tensor]:
-        return ray.get(self.workers[0].engine_state_dict.remote())
+        return self._from_rank0("engine_state_dict")
 
     def state(self) -> dict:
-        return ray.get(self.workers[0].state.remote())
+        return self._from_rank0("state")
 
     def load_state(self, state: dict, weights: dict[str, torch.Tensor]) -> None:
         ray.get([w.load_state.remote(state, weights) for w in self.workers])

@@ -129,7 +129,8 @@ class PolicyTrainer:
                     if p.grad is None:  # a rank with an empty shard still joins every collective
                         p.grad = torch.zeros_like(p)
                     torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.SUM)
-            t = torch.tensor([self._sums[k] for k in self._sums], dtype=torch.float64)
+            # On the model's device: NCCL reduces only GPU tensors.
+            t = torch.tensor([self._sums[k] for k in self._sums], dtype=torch.float64, device=self.device)
             torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
             self._sums = dict(zip(self._sums, t.tolist(), strict=True))
         scale = 1.0 / max(self._sums["tokens"], 1.0)  # token-mean over the whole batch
@@ -177,7 +178,7 @@ class PolicyTrainer:
                 tokens += float(mask.sum())
         self._trained = []
         if torch.distributed.is_available() and torch.distributed.is_initialized():
-            t = torch.tensor([kl, tokens], dtype=torch.float64)  # every worker adapts alike
+            t = torch.tensor([kl, tokens], dtype=torch.float64, device=self.device)  # every worker adapts alike
             torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
             kl, tokens = t.tolist()
         return kl / max(tokens, 1.0)

@@ -7,23 +7,12 @@ import torch
 from roll_agentic.cluster import init_ray
 from roll_agentic.config import AlgoConfig, RayConfig, TrainerConfig
 from roll_agentic.train.parallel import DataParallelTrainer, shard_samples
-from roll_agentic.train.trainer import PolicyTrainer, Sample
-
-
-def _batch(seed: int, n: int = 10) -> list[Sample]:
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(n):
-        length = 8 + i % 5
-        ids = torch.randint(5, 300, (length,), generator=g).tolist()
-        mask = [0] * 4 + [1] * (length - 4)
-        old = [0.0] * 4 + (-torch.rand(length - 4, generator=g) * 6).tolist()
-        out.append(Sample(ids, mask, old, advantage=float(i % 3) - 1.0))
-    return out
+from roll_agentic.train.trainer import PolicyTrainer
+from tests.train.batches import random_batch
 
 
 def test_sharding_keeps_every_sample_once():
-    samples = _batch(0, 11)
+    samples = random_batch(0, 11)
     shards = shard_samples(samples, 3)
     assert sorted(id(s) for sh in shards for s in sh) == sorted(id(s) for s in samples)
     assert max(len(s) for s in shards) - min(len(s) for s in shards) <= 2
@@ -39,7 +28,7 @@ def test_two_workers_stay_bitwise_equal_and_match_one_process(tiny_model_path, t
         single = PolicyTrainer(tiny_model_path, TrainerConfig(lr=1e-2, micro_batch_size=4),
                                AlgoConfig(target_kl=target_kl))
         for step in range(3):
-            batch = _batch(step)
+            batch = random_batch(step)
             m_dp = dp.train_step(batch)
             m_single = single.train_step(batch)
             a, b = dp.parameters_per_worker()
