@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-BENCHMARKS = ["engine", "rollout", "serverless", "tail", "reliability"]
+BENCHMARKS = ["engine", "rollout", "serverless", "tail", "reliability", "switch"]
 
 
 def add_parser(subparsers) -> None:

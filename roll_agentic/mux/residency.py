@@ -5,11 +5,12 @@ wait here (RollMux's residency constraint): switching back in is a warm copy
 from host memory into the trainer's model object. A job that is not resident
 (queued, or evicted) switches in cold, from its checkpoint on disk.
 
-On a GPU node "device" is the GPU and "host" its DRAM. On a CPU machine both
-are RAM, so the copies are made explicit to keep the warm path an honest
-memcpy and not an alias: a job's host buffers are allocated once, laid out
-like the device's tensors, and each switch copies between the two sets in
-place (copy_out / copy_in). The cold path drops the checkpoint's pages from
+On a GPU node "device" is the GPU and "host" its DRAM: host buffers are
+page-locked CPU tensors, so a switch is one DMA each way and the GPU holds
+only the active job. On a CPU machine both are RAM, so the copies are made
+explicit to keep the warm path an honest memcpy and not an alias: a job's
+host buffers are allocated once, laid out like the device's tensors, and
+each switch copies between the two sets in place (copy_out / copy_in). The cold path drops the checkpoint's pages from
 the page cache first, so that it reads from storage as a cold start would,
 then deserialises and loads the state into a rebuilt optimizer.
 """
@@ -38,6 +39,11 @@ def clone_tree(obj: Any) -> Any:
     if isinstance(obj, tuple):
         return tuple(clone_tree(v) for v in obj)
     return obj
+
+
+def host_like(t: torch.Tensor) -> torch.Tensor:
+    """An empty CPU tensor shaped like `t`; page-locked when `t` is on a GPU (DMA-able)."""
+    return torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=t.device.type == "cuda")
 
 
 def tree_bytes(obj: Any) -> int:
@@ -104,7 +110,10 @@ class HostState:
     start: host DRAM -> device, no allocation, no deserialisation).
     `tensors` follow `DeviceLayout.tensors`; `opt` holds each parameter's
     optimizer state (AdamW: step, exp_avg, exp_avg_sq; {} before its first
-    step); `groups` the param groups' hyperparameters (the job's lr, decay).
+    step), and `opt_devices` where each of its tensors lives on the trainer
+    (AdamW keeps `step` on the CPU beside GPU moments); `groups` the param
+    groups' hyperparameters (the job's lr, decay). Every tensor here is on
+    the CPU.
     """
 
     tensors: list[torch.Tensor]
@@ -115,6 +124,7 @@ class HostState:
     group_sizes: tuple[int, ...]
     step: int = 0
     rng: dict = field(default_factory=dict)
+    opt_devices: list[dict[str, torch.device]] = field(default_factory=list)
 
     @property
     def nbytes(self) -> int:
@@ -122,8 +132,17 @@ class HostState:
 
     @property
     def weights(self) -> dict[str, torch.Tensor]:
-        """The engine-layout weights (state_dict keys), viewing the host buffers."""
-        return {k: self.tensors[i] for k, i in self.names.items()}
+        """The engine-layout weights (state_dict keys), viewing the host buffers.
+
+        A tied tensor appears once, under its first name: as in
+        `PolicyTrainer.engine_state_dict`, a tied lm_head is left out (and a
+        checkpoint cannot hold two names for one buffer)."""
+        out, seen = {}, set()
+        for k, i in self.names.items():
+            if i not in seen:
+                seen.add(i)
+                out[k] = self.tensors[i]
+        return out
 
     def trainer_state(self) -> dict:
         """`PolicyTrainer.state()`'s layout (what checkpoints hold), viewing the host buffers."""
@@ -139,8 +158,9 @@ class HostState:
 
     @classmethod
     def allocate(cls, layout: DeviceLayout) -> HostState:
-        return cls([torch.empty_like(t) for t in layout.tensors], dict(layout.names), layout.shapes,
-                   [{} for _ in layout.params], [], layout.group_sizes)
+        return cls([host_like(t) for t in layout.tensors], dict(layout.names), layout.shapes,
+                   [{} for _ in layout.params], [], layout.group_sizes,
+                   opt_devices=[{} for _ in layout.params])
 
 
 def _pair_slots(dst: dict[str, Any], src: dict[str, Any], dsts: list, srcs: list) -> bool:
@@ -166,8 +186,20 @@ def _pair_slots(dst: dict[str, Any], src: dict[str, Any], dsts: list, srcs: list
     return True
 
 
-def _clone_slots(src: dict[str, Any]) -> dict[str, Any]:
-    return {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in src.items()}
+def _slots_to_host(src: dict[str, Any]) -> tuple[dict[str, Any], dict[str, torch.device]]:
+    """A host copy of one parameter's optimizer slots, and the device each tensor came from."""
+    host, devices = {}, {}
+    for k, v in src.items():
+        if isinstance(v, torch.Tensor):
+            host[k], devices[k] = host_like(v).copy_(v), v.device
+        else:
+            host[k] = v
+    return host, devices
+
+
+def _slots_to_device(src: dict[str, Any], devices: dict[str, torch.device]) -> dict[str, Any]:
+    return {k: v.to(devices.get(k, "cpu"), copy=True) if isinstance(v, torch.Tensor) else v
+            for k, v in src.items()}
 
 
 @torch.no_grad()
@@ -186,7 +218,7 @@ def copy_out(layout: DeviceLayout, step: int, host: HostState | None) -> HostSta
         if not st:
             host.opt[i] = {}
         elif not _pair_slots(host.opt[i], st, dsts, srcs):
-            host.opt[i] = _clone_slots(st)  # a job's first step: its slots are allocated now
+            host.opt[i], host.opt_devices[i] = _slots_to_host(st)  # a job's first step: allocated now
     torch._foreach_copy_(dsts, srcs)
     host.groups = [{k: v for k, v in g.items() if k != "params"} for g in layout.optimizer.param_groups]
     host.step, host.rng = step, _rng_state()
@@ -208,11 +240,11 @@ def copy_in(layout: DeviceLayout, host: HostState) -> bool:
         return False  # another optimizer type: the caller rebuilds
     dsts, srcs = list(layout.tensors), list(host.tensors)
     state = opt.state
-    for p, hs in zip(layout.params, host.opt, strict=True):
+    for p, hs, where in zip(layout.params, host.opt, host.opt_devices, strict=True):
         if not hs:
             state.pop(p, None)
         elif not _pair_slots(state.get(p) or {}, hs, dsts, srcs):
-            state[p] = _clone_slots(hs)
+            state[p] = _slots_to_device(hs, where)
     torch._foreach_copy_(dsts, srcs)
     for g, hg in zip(opt.param_groups, host.groups, strict=True):
         g.update(hg)

@@ -20,14 +20,30 @@ from roll_agentic.config import AlgoConfig, TrainerConfig
 from roll_agentic.train.trainer import PolicyTrainer, Sample
 
 
-def shard_samples(samples: list[Sample], world: int) -> list[list[Sample]]:
-    """Greedy balance by generated tokens: the slowest worker sets the step time."""
+def shard_samples(samples: list[Sample], world: int, equal_counts: bool = False) -> list[list[Sample]]:
+    """Greedy balance by tokens: the slowest worker sets the step time.
+
+    With `equal_counts` (FSDP) every shard gets the same number of samples,
+    topped up with padding samples (no loss, no token). Under FSDP each
+    forward and backward pass is a collective that every rank must join:
+    ranks with different numbers of micro-batches would wait on each other
+    for ever. Equal counts in every call keep every rank's micro-batches
+    (and the samples it carries over to the next call) in step.
+    """
     shards: list[list[Sample]] = [[] for _ in range(world)]
     load = [0] * world
+    cap = -(-len(samples) // world) if equal_counts else len(samples)
     for s in sorted(samples, key=lambda s: -len(s.token_ids)):
-        i = load.index(min(load))
+        i = min((r for r in range(world) if len(shards[r]) < cap), key=load.__getitem__)
         shards[i].append(s)
         load[i] += len(s.token_ids)
+    if equal_counts and samples:
+        like = samples[0].token_ids[:2] if len(samples[0].token_ids) >= 2 else [0, 0]
+        for shard in shards:
+            # Two tokens: the loss then still runs through the model (times a zero
+            # mask), so its backward reaches every parameter's gradient hook.
+            shard += [Sample(list(like), [0, 0], [0.0, 0.0], 0.0, padding=True)
+                      for _ in range(cap - len(shard))]
     return shards
 
 
@@ -112,13 +128,13 @@ class DataParallelTrainer:
         self.step = 0
 
     def train_step(self, samples: list[Sample]) -> dict[str, float]:
-        shards = shard_samples(samples, len(self.workers))
+        shards = shard_samples(samples, len(self.workers), equal_counts=self.sharded)
         metrics = ray.get([w.train_step.remote(s) for w, s in zip(self.workers, shards, strict=True)])
         self.step += 1
         return metrics[0]  # all-reduced: identical on every rank
 
     def accumulate(self, samples: list[Sample]) -> None:
-        shards = shard_samples(samples, len(self.workers))
+        shards = shard_samples(samples, len(self.workers), equal_counts=self.sharded)
         ray.get([w.accumulate.remote(s) for w, s in zip(self.workers, shards, strict=True)])
 
     def apply(self, step: int | None = None) -> dict[str, float]:
@@ -135,7 +151,11 @@ class DataParallelTrainer:
         return self._from_rank0("engine_state_dict")
 
     def state(self) -> dict:
-        return self._from_rank0("state")
+        state = self._from_rank0("state")
+        # The ranks count train_step calls only; a streamed step (accumulate, apply,
+        # step += 1 by the caller) is counted here, so this is the step to resume at.
+        state["step"] = self.step
+        return state
 
     def load_state(self, state: dict, weights: dict[str, torch.Tensor]) -> None:
         ray.get([w.load_state.remote(state, weights) for w in self.workers])

@@ -31,6 +31,9 @@ class Sample:
     old_logprobs: list[float]
     advantage: float
     task: str = ""
+    # Padding (see parallel.shard_samples): no loss, no token, not counted; it
+    # keeps FSDP ranks running the same number of forward passes.
+    padding: bool = False
 
 
 def samples_from_groups(groups: list[list[Trajectory]], eps: float = 1e-6) -> list[Sample]:
@@ -111,7 +114,7 @@ class PolicyTrainer:
         for k in ("policy", "kl", "entropy", "clipped", "ratio", "logprob_abs_diff", "tokens"):
             self._sums[k] += getattr(sums, k)
         self._sums["loss"] += float(sums.loss.detach())
-        self._sums["samples"] += len(part)
+        self._sums["samples"] += sum(not s.padding for s in part)
 
     def apply(self, step: int | None = None) -> dict[str, float]:
         """All-reduces gradients (when distributed), clips, steps; returns the step's metrics.

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 import torch
 
 from roll_agentic.config import AlgoConfig, TrainerConfig
@@ -12,14 +15,18 @@ from tests.mux.samples import random_samples
 # Two jobs with their own hyperparameters: a warm switch must restore each one's lr and decay too.
 CONFIGS = {"a": TrainerConfig(lr=1e-2, ppo_epochs=2, seed=1), "b": TrainerConfig(lr=3e-3, weight_decay=0.1, seed=2)}
 SEEDS = {"a": 0, "b": 100}
+# On a GPU the trainer's state is on the device and the resident copies in page-locked host memory.
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                 reason="needs a CUDA GPU"))]
 
 
-def _slot(tiny_model_path, tmp_path, jobs):
+def _slot(tiny_model_path, tmp_path, jobs, device="cpu"):
     from roll_agentic.mux.trainer_slot import TrainerSlot
 
     slot = TrainerSlot("train0", budget_bytes=1 << 30)
     for job in jobs:
-        slot.register(job, tiny_model_path, CONFIGS[job], AlgoConfig(alpha=0), 1.0, str(tmp_path / job))
+        slot.register(job, tiny_model_path, replace(CONFIGS[job], device=device), AlgoConfig(alpha=0), 1.0,
+                      str(tmp_path / job))
     return slot
 
 
@@ -29,8 +36,8 @@ def _state(slot) -> tuple[dict, dict]:
     return {k: v.clone() for k, v in tr.engine_state_dict().items()}, opt
 
 
-def _alone(tiny_model_path, tmp_path, job: str, steps: int) -> tuple[dict, dict]:
-    slot = _slot(tiny_model_path, tmp_path / f"alone-{job}", [job])
+def _alone(tiny_model_path, tmp_path, job: str, steps: int, device: str) -> tuple[dict, dict]:
+    slot = _slot(tiny_model_path, tmp_path / f"alone-{job}", [job], device)
     slot.switch_in(job)
     for i in range(steps):
         slot.train(job, random_samples(SEEDS[job] + i))
@@ -46,9 +53,10 @@ def _assert_equal(got: tuple[dict, dict], want: tuple[dict, dict]) -> None:
             assert torch.equal(got[1][k][n], v), (k, n)
 
 
-def test_warm_switches_between_two_jobs_leave_each_bitwise_as_trained_alone(tiny_model_path, tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_warm_switches_between_two_jobs_leave_each_bitwise_as_trained_alone(tiny_model_path, tmp_path, device):
     steps = 4
-    slot = _slot(tiny_model_path, tmp_path / "shared", ["a", "b"])
+    slot = _slot(tiny_model_path, tmp_path / "shared", ["a", "b"], device)
     for job in ("a", "b"):
         slot.reserve(job, 1 << 28)
     kinds: list[str] = []
@@ -64,11 +72,27 @@ def test_warm_switches_between_two_jobs_leave_each_bitwise_as_trained_alone(tiny
     # In place: past the first rounds no tensor is allocated on either side of a switch.
     assert all(p == device_ptrs[-1] for p in device_ptrs[2:])
     assert all(p == host_ptrs[-1] for p in host_ptrs)
+    # The resident copies are in host memory, page-locked where they came from a GPU
+    # (AdamW keeps its step counts on the CPU); the trainer's tensors stay on the device.
+    host = slot.store.get("a")
+    assert all(t.device.type == "cpu" and t.is_pinned() == (device == "cuda") for t in host.tensors)
+    for slots, where in zip(host.opt, host.opt_devices, strict=True):
+        for k, v in slots.items():
+            if isinstance(v, torch.Tensor):
+                assert v.device.type == "cpu" and v.is_pinned() == (where[k].type == "cuda"), k
+    assert any(w.type == "cuda" for ws in host.opt_devices for w in ws.values()) == (device == "cuda")
+    assert all(t.device.type == device for t in slot._layout().tensors)
 
     shared_b = _state(slot)
     slot.switch_in("a")
-    _assert_equal(_state(slot), _alone(tiny_model_path, tmp_path, "a", steps))
-    _assert_equal(shared_b, _alone(tiny_model_path, tmp_path, "b", steps))
+    # A job that is not active checkpoints from its host copy (the tied lm_head once).
+    from roll_agentic.train.checkpoint import load_checkpoint
+
+    weights, _, _ = load_checkpoint(slot.checkpoint("b", steps, {}, keep=1))
+    assert weights.keys() == shared_b[0].keys()
+    assert all(torch.equal(weights[k], v) for k, v in shared_b[0].items())
+    _assert_equal(_state(slot), _alone(tiny_model_path, tmp_path, "a", steps, device))
+    _assert_equal(shared_b, _alone(tiny_model_path, tmp_path, "b", steps, device))
     a = CONFIGS["a"]  # its own rate comes back with it: that of its last step under its schedule
     want_lr = lr_at(steps - 1, a.lr, a.total_steps, a.lr_schedule, a.lr_min_ratio, a.lr_warmup_steps)
     assert slot.trainer.optimizer.param_groups[0]["lr"] == want_lr

@@ -24,9 +24,22 @@ def test_two_fsdp_workers_match_one_process_and_resume(tiny_model_path):
     dp = resumed = None
     try:
         dp = DataParallelTrainer(tiny_model_path, cfg, AlgoConfig())
-        for step in range(2):
-            m_dp, m_single = dp.train_step(random_batch(step)), single.train_step(random_batch(step))
+        # Batches that split unevenly over micro-batches of 4 (11 samples: 6 + 5), a
+        # batch streamed in two parts (3, then 6), and one sample: one rank gets only
+        # padding. Ranks running different numbers of passes would hang here.
+        for step, parts in enumerate(([11], [3, 6], [1])):
+            batch = random_batch(step, sum(parts))
+            if len(parts) == 1:
+                m_dp, m_single = dp.train_step(batch), single.train_step(batch)
+            else:
+                for t in (dp, single):
+                    t.accumulate(batch[:parts[0]])
+                    t.accumulate(batch[parts[0]:])
+                m_dp, m_single = dp.apply(), single.apply()
+                dp.step += 1
+                single.step += 1
             assert m_dp["train/tokens"] == m_single["train/tokens"]
+            assert m_dp["train/samples"] == m_single["train/samples"] == sum(parts)  # padding not counted
             assert m_dp["train/loss"] == pytest.approx(m_single["train/loss"], rel=1e-5)
             assert m_dp["train/grad_norm"] == pytest.approx(m_single["train/grad_norm"], rel=1e-4)
         a, b = dp.parameters_per_worker()  # gathered from the shards: whole on both ranks
@@ -43,12 +56,12 @@ def test_two_fsdp_workers_match_one_process_and_resume(tiny_model_path):
         # A checkpoint (rank-independent) resumes into fresh sharded workers: the next
         # step is the one the uninterrupted plain trainer takes.
         state = dp.state()
-        assert state["step"] == 2 and state["optimizer"]["state"]
+        assert state["step"] == 3 and state["optimizer"]["state"]
         dp.close()
         dp = None
         resumed = DataParallelTrainer(tiny_model_path, cfg, AlgoConfig())
         resumed.load_state(state, weights)
-        m_resumed, m_single = resumed.train_step(random_batch(2)), single.train_step(random_batch(2))
+        m_resumed, m_single = resumed.train_step(random_batch(3, 7)), single.train_step(random_batch(3, 7))
         assert m_resumed["train/loss"] == pytest.approx(m_single["train/loss"], rel=1e-4)
         assert m_resumed["train/grad_norm"] == pytest.approx(m_single["train/grad_norm"], rel=1e-3)
     finally:

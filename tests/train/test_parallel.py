@@ -16,6 +16,13 @@ def test_sharding_keeps_every_sample_once():
     shards = shard_samples(samples, 3)
     assert sorted(id(s) for sh in shards for s in sh) == sorted(id(s) for s in samples)
     assert max(len(s) for s in shards) - min(len(s) for s in shards) <= 2
+    # FSDP: equal counts, topped up with padding that carries no loss.
+    fsdp = shard_samples(samples, 3, equal_counts=True)
+    assert [len(s) for s in fsdp] == [4, 4, 4]
+    assert sorted(id(s) for sh in fsdp for s in sh if not s.padding) == sorted(id(s) for s in samples)
+    pads = [s for sh in fsdp for s in sh if s.padding]
+    assert len(pads) == 1 and not any(pads[0].loss_mask)
+    assert [len(s) for s in shard_samples(samples[:1], 2, equal_counts=True)] == [1, 1]
 
 
 @pytest.mark.slow

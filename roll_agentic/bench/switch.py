@@ -1,0 +1,180 @@
+"""bench switch: RollMux's warm job switch (host memory) vs a cold one (checkpoint), one trainer slot.
+
+Two jobs of the same model share one `TrainerSlot` (mux/trainer_slot.py),
+as co-located jobs share a training node. Each switch copies the outgoing
+job's weights and AdamW state out and brings the incoming job's in:
+- warm: both jobs resident (RollMux's residency): out is a copy from the
+  device into the job's preallocated host buffers (page-locked beside a
+  GPU), in a copy from the incoming job's host buffers into the tensors the
+  device already holds;
+- cold: no job resident: in is its last checkpoint read from storage (page
+  cache dropped first, where the OS allows), deserialised and loaded into a
+  rebuilt optimizer. The outgoing job's checkpoint write is not counted,
+  which favours cold.
+Every round trains each job one step between switches, so each switch moves
+state that changed. `cold_over_warm` = median cold switch-in / median warm
+switch (out + in). The model is a Qwen2 of random weights and the size
+asked for, built on the spot: nothing is downloaded. No Ray here, so it also
+runs where only torch and transformers are installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from roll_agentic.bench.cli import print_result
+
+
+@dataclass
+class SwitchBenchConfig:
+    device: str = "cpu"
+    hidden: int = 512
+    layers: int = 8
+    vocab: int = 4096
+    rounds: int = 4
+    seed: int = 0
+
+
+def _validate(cfg: SwitchBenchConfig) -> None:
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("bench switch: --device cuda, but torch sees no CUDA device; use --device cpu")
+    if cfg.hidden < 64 or cfg.hidden % 64:
+        raise SystemExit(f"bench switch: --hidden must be a multiple of 64 (heads of 64), got {cfg.hidden}")
+    if cfg.layers < 1 or cfg.rounds < 2 or cfg.vocab < 64:
+        raise SystemExit("bench switch: --layers >= 1, --rounds >= 2 and --vocab >= 64")
+
+
+def build_random_model(out: Path, hidden: int, layers: int, vocab: int, seed: int) -> int:
+    """A Qwen2 checkpoint of random weights; returns its parameter count."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=4 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=hidden // 64, num_key_value_heads=1,
+                         head_dim=64, max_position_embeddings=512, tie_word_embeddings=True,
+                         bos_token_id=0, eos_token_id=1, pad_token_id=0)
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.save_pretrained(out, safe_serialization=True)
+    return sum(p.numel() for p in model.parameters())
+
+
+def _samples(vocab: int, seed: int):
+    from roll_agentic.train.trainer import Sample
+
+    g = torch.Generator().manual_seed(seed)
+    return [Sample(torch.randint(2, vocab, (32,), generator=g).tolist(), [0] * 16 + [1] * 16, [-1.0] * 32,
+                   1.0 if i % 2 else -1.0) for i in range(4)]
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _slot(model: Path, ckpts: Path, cfg: SwitchBenchConfig, resident: bool):
+    from roll_agentic.config import AlgoConfig, TrainerConfig
+    from roll_agentic.mux.trainer_slot import TrainerSlot
+
+    slot = TrainerSlot("bench", budget_bytes=1 << 50, threads=torch.get_num_threads())
+    for job in ("a", "b"):
+        slot.register(job, str(model), TrainerConfig(lr=1e-4, device=cfg.device, seed=cfg.seed), AlgoConfig(),
+                      1.0, str(ckpts / job))
+        if resident:
+            slot.reserve(job, 1 << 45)
+    return slot
+
+
+def _rounds(slot, cfg: SwitchBenchConfig, log) -> list:
+    records = []
+    for r in range(cfg.rounds):
+        for i, job in enumerate(("a", "b")):
+            _sync(cfg.device)
+            rec = slot.switch_in(job)
+            _sync(cfg.device)
+            records.append(rec)
+            slot.train(job, _samples(cfg.vocab, 2 * r + i))
+            log(f"round {r} {job}: {rec.kind} in {rec.in_s:.3f} s, out {rec.out_s:.3f} s")
+    return records
+
+
+def run_bench(cfg: SwitchBenchConfig, log=lambda m: None) -> dict:
+    from roll_agentic.mux.residency import tree_bytes
+
+    _validate(cfg)
+    with tempfile.TemporaryDirectory(prefix="bench-switch-") as tmp:
+        root = Path(tmp)
+        t0 = time.perf_counter()
+        params = build_random_model(root / "model", cfg.hidden, cfg.layers, cfg.vocab, cfg.seed)
+        log(f"model: {params / 1e6:.1f} M parameters, built in {time.perf_counter() - t0:.1f} s")
+
+        warm_slot = _slot(root / "model", root / "ckpt", cfg, resident=True)
+        warm = [r for r in _rounds(warm_slot, cfg, log) if r.kind == "warm"]
+        state_bytes = warm_slot.store.get("a").nbytes
+        for job in ("a", "b"):  # what the cold slot reads back
+            warm_slot.checkpoint(job, version=cfg.rounds, run_state={}, keep=1)
+        del warm_slot
+        if cfg.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+        cold_slot = _slot(root / "model", root / "ckpt", cfg, resident=False)
+        cold = [r for r in _rounds(cold_slot, cfg, log)[1:] if r.kind == "cold"]  # [0] also builds the trainer
+        on_device = tree_bytes(cold_slot._layout().tensors)
+
+    warm_s = statistics.median(r.in_s + r.out_s for r in warm)
+    warm_in = statistics.median(r.in_s for r in warm)
+    cold_in = statistics.median(r.in_s for r in cold)
+    gpu = torch.cuda.get_device_name(0) if cfg.device.startswith("cuda") else ""
+    return {
+        "device": cfg.device, "gpu": gpu, "params_m": round(params / 1e6, 1),
+        "state_mb_per_job": round(state_bytes / 1e6, 2), "weights_mb": round(on_device / 1e6, 2),
+        "warm_switches": len(warm), "cold_switches": len(cold),
+        "warm_switch_s": round(warm_s, 4), "warm_in_s": round(warm_in, 4),
+        "warm_out_s": round(statistics.median(r.out_s for r in warm), 4),
+        "warm_in_gb_s": round(state_bytes / 1e9 / warm_in, 2),
+        "cold_switch_s": round(cold_in, 4),
+        "cold_over_warm": round(cold_in / warm_s, 2),
+    }
+
+
+def _run(args: argparse.Namespace) -> int:
+    cfg = SwitchBenchConfig(device=args.device, hidden=args.hidden, layers=args.layers, vocab=args.vocab,
+                            rounds=args.rounds, seed=args.seed)
+    out = run_bench(cfg, log=(lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr)))
+    print_result(out)
+    return 0
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Adds the `switch` benchmark to the `bench` command's subparsers."""
+    p = subparsers.add_parser("switch", help="RollMux job switch on one trainer: warm (host memory) vs cold (checkpoint)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    d = SwitchBenchConfig()
+    p.add_argument("--device", default=d.device, help="trainer device: cpu or cuda")
+    p.add_argument("--hidden", type=int, default=d.hidden, help="hidden size (multiple of 64)")
+    p.add_argument("--layers", type=int, default=d.layers, help="decoder layers")
+    p.add_argument("--vocab", type=int, default=d.vocab, help="vocabulary size")
+    p.add_argument("--rounds", type=int, default=d.rounds, help="rounds of two switches each (>= 2)")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--json", action="store_true", help="print only the JSON line")
+    p.set_defaults(func=_run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m roll_agentic.bench.switch")
+    sub = parser.add_subparsers(dest="bench", required=True)
+    add_parser(sub)
+    args = parser.parse_args(["switch", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

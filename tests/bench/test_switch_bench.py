@@ -1,0 +1,34 @@
+"""bench switch: warm and cold switches of two jobs on one trainer slot, timed side by side."""
+
+import json
+
+import pytest
+import torch
+
+from roll_agentic.bench.switch import SwitchBenchConfig, run_bench
+from roll_agentic.cli import main
+
+
+def test_a_small_model_switches_warm_then_cold():
+    out = run_bench(SwitchBenchConfig(hidden=64, layers=1, vocab=128, rounds=2))
+    # Two rounds of two switches: both jobs start fresh, then switch warm; the cold
+    # slot's first switch also builds the trainer and is left out.
+    assert (out["warm_switches"], out["cold_switches"]) == (2, 3)
+    assert out["params_m"] > 0 and out["state_mb_per_job"] > out["weights_mb"] > 0  # AdamW moments too
+    assert out["warm_switch_s"] > 0 and out["cold_switch_s"] > 0
+    assert out["cold_over_warm"] == pytest.approx(out["cold_switch_s"] / out["warm_switch_s"], rel=0.05)
+
+
+def test_the_cli_prints_the_json_line_last(capsys):
+    assert main(["bench", "switch", "--hidden", "64", "--layers", "1", "--vocab", "128", "--rounds", "2",
+                 "--json"]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["device"] == "cpu" and "cold_over_warm" in line and "cpus_usable" in line
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without a GPU")
+def test_asking_for_a_gpu_that_is_not_there_says_so():
+    with pytest.raises(SystemExit, match="torch sees no CUDA device"):
+        run_bench(SwitchBenchConfig(device="cuda"))
+    with pytest.raises(SystemExit, match="multiple of 64"):
+        run_bench(SwitchBenchConfig(hidden=100))
