@@ -8,6 +8,7 @@ and every message names the key and what was expected.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -245,6 +246,8 @@ def validate(cfg: Config) -> Config:
     _check(e, cfg.trainer.keep_checkpoints >= 1, "trainer.keep_checkpoints", "an integer >= 1", cfg.trainer.keep_checkpoints)
     _check(e, cfg.trainer.num_workers >= 1, "trainer.num_workers", "an integer >= 1", cfg.trainer.num_workers)
     _check(e, cfg.trainer.strategy in ("ddp", "fsdp"), "trainer.strategy", "ddp or fsdp", cfg.trainer.strategy)
+    _check(e, re.fullmatch(r"cpu|cuda(:\d+)?", cfg.trainer.device) is not None, "trainer.device",
+           "cpu, cuda or cuda:N", cfg.trainer.device)
     _check(e, cfg.router.policy in ("affinity", "phase_aware"), "router.policy", "affinity or phase_aware", cfg.router.policy)
     _check(e, cfg.reward.mode in ("serverless", "local"), "reward.mode", "serverless or local", cfg.reward.mode)
     _check(e, cfg.reward.max_concurrency >= 1, "reward.max_concurrency", "an integer >= 1", cfg.reward.max_concurrency)

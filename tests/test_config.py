@@ -28,6 +28,7 @@ def test_list_of_tasks_from_the_command_line_takes_defaults():
     ("engine.backend=tpu", "engine.backend: expected one of auto, vllm, hf"),
     ("tasks=[{name:c,envid:X}]", "unknown config key"),
     ("rollout.mode=tail_batching", "algo.alpha: expected 0 with rollout.mode=tail_batching"),
+    ("trainer.device=gpu", "trainer.device: expected cpu, cuda or cuda:N"),
 ])
 def test_bad_config_is_one_clear_line(override, message):
     with pytest.raises(ConfigError) as err:

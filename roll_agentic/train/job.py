@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import ray
+import torch
 
 from roll_agentic.cluster import init_ray
 from roll_agentic.config import Config, effective_pools, validate
@@ -27,6 +28,7 @@ from roll_agentic.engine.router import Router, router_kwargs
 from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
 from roll_agentic.rollout.worker import RolloutWorker
 from roll_agentic.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from roll_agentic.train.resource_check import in_process_device_error, shortfall_error
 from roll_agentic.train.step_metrics import rollout_metrics
 from roll_agentic.train.trainer import PolicyTrainer, samples_from_groups
 from roll_agentic.train.weight_sync import WeightPublisher
@@ -120,7 +122,14 @@ class TrainingJob:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.model_path = resolve_model_path(cfg)
         backend = resolve_backend(cfg.engine.backend)
+        problem = in_process_device_error(cfg, torch.cuda.is_available())
+        if problem:
+            raise RuntimeError(problem)
         self.started_ray = init_ray(cfg.ray)
+        if not cfg.ray.address:  # a local Ray has all its nodes now; a cluster may still grow
+            problem = shortfall_error(cfg, ray.cluster_resources())
+            if problem:
+                raise RuntimeError(problem)
         self._start_rewards()
         for pool in effective_pools(cfg):
             place = placement(pool.resources)  # "GPU"/"CPU" become num_gpus/num_cpus

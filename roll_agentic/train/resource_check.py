@@ -1,0 +1,70 @@
+"""Does the run's hardware exist? Checked before any actor starts, not found out by a hang.
+
+Ray leaves an actor that asks for a resource no node has pending for ever:
+on a laptop, `trainer.device=cuda` with two workers, or a pool pinned to
+`{gpu_h20: 1}`, would start everything else and then wait silently. On a
+local Ray (no `ray.address`) the nodes are all there from the start, so the
+run's whole demand (engines, env workers, trainer workers; GPUs and custom
+resources, which actors hold for the whole run) is compared with what the
+machine has, and a shortfall is a clear error. A cluster may grow
+(autoscaling), so there only the trainer that runs in the driver is checked.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from roll_agentic.config import Config, effective_pools
+from roll_agentic.engine.placement import placement
+
+
+def trainer_in_process(cfg: Config) -> bool:
+    """The trainer runs in the driver (train/job.py make_trainer), not in Ray workers."""
+    t = cfg.trainer
+    return t.num_workers == 1 and t.strategy == "ddp" and not t.resources
+
+
+def in_process_device_error(cfg: Config, cuda_available: bool) -> str | None:
+    if trainer_in_process(cfg) and cfg.trainer.device.startswith("cuda") and not cuda_available:
+        return ("trainer.device=cuda, but torch sees no CUDA GPU on this machine, where the trainer runs "
+                "(one worker runs in the driver). Use trainer.device=cpu, or run on a machine with a GPU "
+                "and a CUDA build of torch")
+    return None
+
+
+def demand(cfg: Config) -> dict[str, list[tuple[str, float]]]:
+    """Per resource other than CPU slots: (who asks, how much in all)."""
+    asks: dict[str, list[tuple[str, float]]] = defaultdict(list)
+
+    def add(who: str, resources: dict[str, float], count: int) -> None:
+        for k, v in resources.items():
+            if v > 0 and count > 0:
+                asks[k].append((f"{who}: {count} x {v:g}", v * count))
+
+    for pool in effective_pools(cfg):
+        place = placement(pool.resources)
+        add(f"pools[{pool.name}] engines", {"GPU": place.num_gpus, **place.resources}, pool.num_engines)
+    env = placement(cfg.envs.resources, cfg.envs.num_cpus, cfg.envs.num_cpus)
+    add("env workers (envs.resources)", {"GPU": env.num_gpus, **env.resources}, cfg.rollout.num_workers)
+    if not trainer_in_process(cfg):
+        t = cfg.trainer
+        per_worker = {k: v for k, v in t.resources.items() if k != "CPU"}
+        if t.device.startswith("cuda"):
+            per_worker["GPU"] = max(per_worker.get("GPU", 0.0), 1.0)
+        add("trainer workers", per_worker, t.num_workers)
+    return dict(asks)
+
+
+def shortfall_error(cfg: Config, available: dict[str, float]) -> str | None:
+    """A message naming each resource the run needs beyond `available`; None if it fits."""
+    lines = []
+    for res, asks in sorted(demand(cfg).items()):
+        need = sum(n for _, n in asks)
+        have = available.get(res, 0.0)
+        if need > have + 1e-9:
+            lines.append(f"  {res}: {need:g} asked ({'; '.join(w for w, _ in asks)}), {have:g} on this machine")
+    if not lines:
+        return None
+    return ("the run needs resources this machine's Ray does not have, so its actors would wait for ever:\n"
+            + "\n".join(lines) + "\nOn a machine without GPUs use trainer.device=cpu and no GPU in pools[*].resources "
+            "or envs.resources; for node types (e.g. gpu_h20), join a cluster that has them with ray.address=...")

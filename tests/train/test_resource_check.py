@@ -1,0 +1,46 @@
+"""A run that asks for hardware the machine lacks is refused up front, naming who asks for what."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from roll_agentic.hydra_config import load_config
+from roll_agentic.train.resource_check import demand, in_process_device_error, shortfall_error
+
+LAPTOP = {"CPU": 32.0, "memory": 1e10}  # a local Ray without GPUs or node types
+
+
+def test_the_default_run_asks_for_nothing_beyond_cpu_slots():
+    cfg = load_config([])
+    assert demand(cfg) == {}
+    assert shortfall_error(cfg, LAPTOP) is None
+    assert in_process_device_error(cfg, cuda_available=False) is None
+
+
+def test_gpu_trainer_workers_and_pinned_pools_are_named_with_their_counts():
+    cfg = load_config(["trainer.device=cuda", "trainer.num_workers=2", "trainer.strategy=fsdp",
+                       "pools=[{name:default,num_engines:2,resources:{gpu_h20:1,GPU:1}}]"])
+    msg = shortfall_error(cfg, LAPTOP)
+    assert "GPU: 4 asked (pools[default] engines: 2 x 1; trainer workers: 2 x 1), 0 on this machine" in msg
+    assert "gpu_h20: 2 asked (pools[default] engines: 2 x 1), 0 on this machine" in msg
+    assert "trainer.device=cpu" in msg
+    # The same run fits a node that has them.
+    assert shortfall_error(cfg, {**LAPTOP, "GPU": 4.0, "gpu_h20": 2.0}) is None
+
+
+def test_one_cuda_trainer_runs_in_the_driver_so_the_driver_needs_the_gpu():
+    cfg = load_config(["trainer.device=cuda"])
+    assert demand(cfg) == {}  # no Ray actor asks: the trainer is in this process
+    assert "torch sees no CUDA GPU" in in_process_device_error(cfg, cuda_available=False)
+    assert in_process_device_error(cfg, cuda_available=True) is None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without a GPU")
+def test_train_on_a_machine_without_gpu_ends_in_one_clear_error():
+    proc = subprocess.run([sys.executable, "-m", "roll_agentic.cli", "train", "trainer.device=cuda",
+                           "trainer.total_steps=1"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert "error: trainer.device=cuda, but torch sees no CUDA GPU" in proc.stderr
