@@ -110,6 +110,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         state_dir=Path(args.state_dir), host=args.host, port=args.port, region=args.region,
         account_concurrency=args.account_concurrency, keep_alive_s=args.keep_alive,
         event_retry_delay_s=args.event_retry_delay, credentials=creds, allow_remote=args.allow_remote,
+        parent_pid=args.parent_pid,
     ))
     return 0
 
@@ -209,6 +210,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--keep-alive", type=float, default=300.0, help="seconds an idle execution environment stays warm")
     p.add_argument("--event-retry-delay", type=float, default=1.0, help="seconds before retrying a failed Event invocation (doubles)")
     p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host (the emulator runs any code it is sent)")
+    p.add_argument("--parent-pid", type=int, default=0,
+                   help="stop once this process is gone (training runs pass their own, so none is left behind)")
     p.set_defaults(func=cmd_start)
 
     p = sub.add_parser("deploy", help="zip a module (e.g. rewards/code_exec.py) or directory and create or update the function")

@@ -28,6 +28,28 @@ def read_endpoint(state_dir: Path) -> dict | None:
         return None
 
 
+def _process_gone(pid: int, was_parent: bool) -> bool:
+    if was_parent:  # reparented: our parent has exited (a zombie parent still counts as gone)
+        return os.getppid() != pid
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # exists, another user's
+        return False
+    return False
+
+
+async def _stop_when_gone(pid: int, stop: asyncio.Event, every_s: float = 1.0) -> None:
+    was_parent = os.getppid() == pid
+    while not stop.is_set():
+        if _process_gone(pid, was_parent):
+            print(f"process {pid} that started this emulator is gone: stopping", flush=True)
+            stop.set()
+            return
+        await asyncio.sleep(every_s)
+
+
 async def serve(cfg: ServerConfig) -> None:
     if not cfg.allow_remote and not is_loopback(cfg.host):
         raise SystemExit(
@@ -52,9 +74,12 @@ async def serve(cfg: ServerConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, emulator.stop_event.set)
     print(f"serverless emulator listening on {endpoint} (state dir {cfg.state_dir})", flush=True)
+    watch = asyncio.create_task(_stop_when_gone(cfg.parent_pid, emulator.stop_event)) if cfg.parent_pid > 0 else None
     try:
         await emulator.stop_event.wait()
     finally:
+        if watch is not None:
+            watch.cancel()
         await emulator.close()
         await runner.cleanup()
         mine = read_endpoint(Path(cfg.state_dir))

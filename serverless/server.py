@@ -42,6 +42,9 @@ class ServerConfig:
     event_retry_delay_s: float = 1.0
     credentials: dict[str, sigv4.Credentials] = field(default_factory=dict)  # {} = accept any signature
     allow_remote: bool = False
+    # > 0: stop once that process is gone. A run that starts the emulator passes
+    # its own pid, so a run killed (or crashed) without stopping it leaves none behind.
+    parent_pid: int = 0
 
 
 def is_loopback(host: str) -> bool:

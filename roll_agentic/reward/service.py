@@ -91,7 +91,8 @@ class LocalServerless:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "serverless.cli", "start", "--host", "127.0.0.1", "--port", "0",
                  "--state-dir", str(self.state_dir), "--keep-alive", str(self.keep_alive_s),
-                 "--account-concurrency", str(self.account_concurrency), *self.extra_args],
+                 "--account-concurrency", str(self.account_concurrency), "--parent-pid", str(os.getpid()),
+                 *self.extra_args],
                 cwd=str(PROJECT_ROOT), env=env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )

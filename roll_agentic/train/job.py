@@ -85,7 +85,12 @@ def start_rewards(cfg: Config, run_dir: Path) -> tuple[object | None, str]:
     else:
         service = LocalServerless()
         endpoint = service.start(run_dir / "serverless")
-    deploy_rewards(endpoint, sorted({t.reward for t in cfg.tasks}), r)
+    try:
+        deploy_rewards(endpoint, sorted({t.reward for t in cfg.tasks}), r)
+    except BaseException:
+        if service is not None:  # not handed to the caller yet: nobody else would stop it
+            service.stop()
+        raise
     return service, endpoint
 
 
@@ -265,7 +270,11 @@ class TrainingJob:
 
         cfg = self.cfg
         print(f"run dir: {self.run_dir}", flush=True)
-        self.start()
+        try:
+            self.start()
+        except BaseException:  # what did start (emulator, actors) stops too, whatever failed
+            self.close()
+            raise
         (self.run_dir / "config.json").write_text(_json(asdict(cfg)))
         log = MetricsLog(self.run_dir, cfg.telemetry.tensorboard)
         log.truncate_after(self.version)

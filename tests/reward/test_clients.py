@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -213,3 +215,23 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_an_emulator_outlives_no_run_that_was_killed(tmp_path):
+    # A run killed without a chance to stop its emulator (SIGKILL, an OOM kill):
+    # the emulator sees its parent gone and stops, workers and endpoint record too.
+    code = ("import sys, time; from roll_agentic.reward.service import LocalServerless; "
+            "s = LocalServerless(); s.start(sys.argv[1]); print(s.proc.pid, flush=True); time.sleep(600)")
+    run = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "state")], stdout=subprocess.PIPE, text=True)
+    try:
+        server_pid = int(run.stdout.readline())
+        assert _alive(server_pid)
+    finally:
+        run.kill()
+        run.wait(10)
+    deadline = time.time() + 30
+    while time.time() < deadline and _alive(server_pid):
+        time.sleep(0.1)
+    assert not _alive(server_pid), "the emulator outlived the run that started it"
+    assert not (tmp_path / "state" / "endpoint.json").exists()
+    assert "is gone: stopping" in (tmp_path / "state" / "emulator.log").read_text()
