@@ -106,8 +106,6 @@ def _rounds(slot, cfg: SwitchBenchConfig, log) -> list:
 
 
 def run_bench(cfg: SwitchBenchConfig, log=lambda m: None) -> dict:
-    from roll_agentic.mux.residency import tree_bytes
-
     _validate(cfg)
     with tempfile.TemporaryDirectory(prefix="bench-switch-") as tmp:
         root = Path(tmp)
@@ -126,7 +124,7 @@ def run_bench(cfg: SwitchBenchConfig, log=lambda m: None) -> dict:
 
         cold_slot = _slot(root / "model", root / "ckpt", cfg, resident=False)
         cold = [r for r in _rounds(cold_slot, cfg, log)[1:] if r.kind == "cold"]  # [0] also builds the trainer
-        on_device = tree_bytes(cold_slot._layout().tensors)
+        on_device = sum(p.numel() * p.element_size() for p in cold_slot.trainer.model.parameters())
 
     warm_s = statistics.median(r.in_s + r.out_s for r in warm)
     warm_in = statistics.median(r.in_s for r in warm)
