@@ -35,6 +35,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except (FileNotFoundError, RuntimeError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # during start-up: once training runs, Ctrl-C saves a checkpoint first
+        print("interrupted while starting: no step was taken, so nothing new to save", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -273,7 +273,7 @@ class TrainingJob:
         try:
             self.start()
         except BaseException:  # what did start (emulator, actors) stops too, whatever failed
-            self.close()
+            self.close(graceful=False)
             raise
         (self.run_dir / "config.json").write_text(_json(asdict(cfg)))
         log = MetricsLog(self.run_dir, cfg.telemetry.tensorboard)
@@ -303,14 +303,17 @@ class TrainingJob:
         print(f"run dir: {self.run_dir}", flush=True)
         return {"run_dir": str(self.run_dir), "steps": self.version, "interrupted": interrupted, "metrics": rows}
 
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            ray.get(self.buffer.stop.remote(), timeout=10)
-        for w in self.workers:
+    def close(self, graceful: bool = True) -> None:
+        """Stops everything the run started. Not `graceful` (start-up failed or was
+        interrupted): actors are killed without waiting on them, some may still be starting."""
+        if graceful:
             with contextlib.suppress(Exception):
-                ray.get(w.stop.remote(), timeout=10)
-        with contextlib.suppress(Exception):
-            ray.get([e.shutdown.remote() for e in self.engines], timeout=30)
+                ray.get(self.buffer.stop.remote(), timeout=10)
+            for w in self.workers:
+                with contextlib.suppress(Exception):
+                    ray.get(w.stop.remote(), timeout=10)
+            with contextlib.suppress(Exception):
+                ray.get([e.shutdown.remote() for e in self.engines], timeout=30)
         if hasattr(self, "trainer") and hasattr(self.trainer, "close"):
             with contextlib.suppress(Exception):
                 self.trainer.close()
