@@ -25,6 +25,16 @@ def add_parser(subparsers) -> None:
         module.add_parser(sub)
 
 
+def standalone_main(name: str, add_parser, argv: list[str] | None = None) -> int:
+    """`python -m roll_agentic.bench.<name> ARGS`: the same as `roll-agentic bench <name> ARGS`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=f"python -m roll_agentic.bench.{name}")
+    add_parser(parser.add_subparsers(dest="bench", required=True))
+    args = parser.parse_args([name, *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
+
+
 def machine_facts() -> dict[str, int]:
     """The CPUs this process may run on and the machine's: every figure depends on them."""
     total = os.cpu_count() or 1

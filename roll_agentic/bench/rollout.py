@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from roll_agentic.bench.cli import print_result
+from roll_agentic.bench.cli import print_result, standalone_main
 from roll_agentic.config import EngineConfig, RewardConfig, TaskConfig
 from roll_agentic.engine.protocol import SamplingParams
 
@@ -257,11 +257,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m roll_agentic.bench.rollout")
-    sub = parser.add_subparsers(dest="bench", required=True)
-    add_parser(sub)
-    args = parser.parse_args(["rollout", *(sys.argv[1:] if argv is None else argv)])
-    return args.func(args)
+    return standalone_main("rollout", add_parser, argv)
 
 
 if __name__ == "__main__":

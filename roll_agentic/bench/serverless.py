@@ -33,7 +33,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from roll_agentic.bench.cli import print_result
+from roll_agentic.bench.cli import print_result, standalone_main
 from roll_agentic.config import RewardConfig
 
 BUSY = "busy"  # serverless/samples/busy.py, deployed as <prefix>busy
@@ -220,11 +220,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m roll_agentic.bench.serverless")
-    sub = parser.add_subparsers(dest="bench", required=True)
-    add_parser(sub)
-    args = parser.parse_args(["serverless", *(sys.argv[1:] if argv is None else argv)])
-    return args.func(args)
+    return standalone_main("serverless", add_parser, argv)
 
 
 if __name__ == "__main__":

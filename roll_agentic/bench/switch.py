@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from roll_agentic.bench.cli import print_result
+from roll_agentic.bench.cli import print_result, standalone_main
 
 
 @dataclass
@@ -167,11 +167,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m roll_agentic.bench.switch")
-    sub = parser.add_subparsers(dest="bench", required=True)
-    add_parser(sub)
-    args = parser.parse_args(["switch", *(sys.argv[1:] if argv is None else argv)])
-    return args.func(args)
+    return standalone_main("switch", add_parser, argv)
 
 
 if __name__ == "__main__":
