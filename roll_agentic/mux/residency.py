@@ -10,9 +10,10 @@ page-locked CPU tensors, so a switch is one DMA each way and the GPU holds
 only the active job. On a CPU machine both are RAM, so the copies are made
 explicit to keep the warm path an honest memcpy and not an alias: a job's
 host buffers are allocated once, laid out like the device's tensors, and
-each switch copies between the two sets in place (copy_out / copy_in). The cold path drops the checkpoint's pages from
-the page cache first, so that it reads from storage as a cold start would,
-then deserialises and loads the state into a rebuilt optimizer.
+each switch copies between the two sets in place (copy_out / copy_in).
+The cold path drops the checkpoint's pages from the page cache first, so
+that it reads from storage as a cold start would, then deserialises and
+loads the state into a rebuilt optimizer.
 """
 
 from __future__ import annotations

@@ -28,7 +28,11 @@ from roll_agentic.engine.router import Router, router_kwargs
 from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
 from roll_agentic.rollout.worker import RolloutWorker
 from roll_agentic.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from roll_agentic.train.resource_check import in_process_device_error, shortfall_error
+from roll_agentic.train.resource_check import (
+    in_process_device_error,
+    shortfall_error,
+    trainer_in_process,
+)
 from roll_agentic.train.step_metrics import rollout_metrics
 from roll_agentic.train.trainer import PolicyTrainer, samples_from_groups
 from roll_agentic.train.weight_sync import WeightPublisher
@@ -51,12 +55,11 @@ STREAM_FROM = 0.2  # start streaming gradients once this share of a round's grou
 
 def make_trainer(model_path: str, cfg: Config):
     """In process for one CPU worker; Ray workers with torch.distributed otherwise."""
-    t = cfg.trainer
-    if t.num_workers == 1 and t.strategy == "ddp" and not t.resources:
-        return PolicyTrainer(model_path, t, cfg.algo, cfg.engine.temperature)
+    if trainer_in_process(cfg):
+        return PolicyTrainer(model_path, cfg.trainer, cfg.algo, cfg.engine.temperature)
     from roll_agentic.train.parallel import DataParallelTrainer
 
-    return DataParallelTrainer(model_path, t, cfg.algo, cfg.engine.temperature)
+    return DataParallelTrainer(model_path, cfg.trainer, cfg.algo, cfg.engine.temperature)
 
 
 def resolve_run_dir(cfg: Config) -> Path:
