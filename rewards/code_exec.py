@@ -5,7 +5,8 @@ Summary keys:
 - `tests` (list[str]): Python statements, typically `assert add(2, 3) == 5`.
   Each test runs as its own program, `code + "\\n" + test`, in a fresh
   `python -I` subprocess (own process group, empty temp dir as cwd) and
-  passes when that exits with status 0 within its time limit.
+  passes when that exits with status 0 within its time limit (the kernel
+  also caps its CPU time just above that limit, should this process die first).
 - `test_time_hints` (optional list, aligned with `tests`): seconds of the
   slowest known correct run of each test (or null), e.g. measured on the
   reference solution.
@@ -22,9 +23,12 @@ function's remaining time, so the function itself never times out.
 reward = passed / len(tests); 0.0 for no tests or no code.
 """
 
+import contextlib
 import hashlib
 import json
+import math
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -60,6 +64,12 @@ def _run_one(program: str, limit_s: float) -> tuple[bool, float, bool]:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONHASHSEED": "0"},
         )
+        # A CPU limit the kernel enforces: the test outlives this process if it
+        # is killed mid-test (a stopped emulator, a function timeout), and an
+        # endless loop must not burn a core for ever then.
+        cpu_s = math.ceil(max(0.01, limit_s)) + 1
+        with contextlib.suppress(OSError, ValueError):  # it may have exited already
+            resource.prlimit(proc.pid, resource.RLIMIT_CPU, (cpu_s, cpu_s))
         try:
             code = proc.wait(timeout=max(0.01, limit_s))
         except subprocess.TimeoutExpired:

@@ -42,12 +42,16 @@ def lambda_client(
     max_pool_connections: int = 10,
     max_attempts: int = 1,
 ) -> Any:
-    """A boto3 Lambda client. Without credentials anywhere, uses a placeholder pair (fine for
-    an emulator that checks no signatures); `max_attempts=1` leaves retrying to the caller."""
+    """A boto3 Lambda client. Credentials: the ones given, else the emulator's own
+    (`env_credentials`: an emulator started in this environment checks signatures
+    with them), else boto3's usual sources, else a placeholder pair (fine for an
+    emulator that checks none); `max_attempts=1` leaves retrying to the caller."""
     import boto3
     from botocore.config import Config
 
     session = boto3.session.Session()
+    if access_key is None:
+        access_key, secret_key = env_credentials()
     if access_key is None and session.get_credentials() is None:
         access_key = secret_key = PLACEHOLDER_KEY
     config = Config(

@@ -4,8 +4,9 @@ An environment goes starting -> ready <-> running -> stopped. A ready one is
 reused for the next invocation of the same code version (a warm start); a
 new one pays the process start and the handler's import (a cold start). The
 pool evicts environments idle for longer than the keep-alive, replaces one
-whose invocation timed out (the process is killed), and drops those of an
-older code version when the function's code changes.
+whose invocation timed out (its process group is killed: the worker and
+whatever it started), and drops those started with older code or an older
+configuration when the function changes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import struct
 import sys
 import time
@@ -43,7 +45,8 @@ class WorkerDied(Exception):
 @dataclass(eq=False)  # identity semantics: environments live in sets
 class Environment:
     function: str
-    code_tag: str
+    tag: str  # FunctionRecord.environment_tag it was started with
+    code_tag: str  # its code directory, kept while it lives
     proc: asyncio.subprocess.Process
     init_ms: float = 0.0
     state: str = "starting"  # starting -> ready <-> running -> stopped
@@ -75,7 +78,15 @@ class Environment:
         return json.loads(await self.proc.stdout.readexactly(_HEADER.unpack(head)[0]))
 
     def kill(self) -> None:
+        """Stops the worker and every process it started (Lambda tears down the whole sandbox).
+
+        The worker leads its own session, so its group is everything the
+        handler spawned: killing the worker alone left a timed-out handler's
+        children running, re-parented to init.
+        """
         self.state = "stopped"
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         if self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
@@ -97,6 +108,7 @@ class EnvironmentPool:
         self.busy: set[Environment] = set()
         self._reaper: asyncio.Task | None = None
         self._waiters: set[asyncio.subprocess.Process] = set()
+        self._starting: list[tuple[str, str]] = []  # (function, code tag) of environments starting
 
     def start_reaper(self) -> None:
         self._reaper = asyncio.get_running_loop().create_task(self._reap_forever())
@@ -106,7 +118,7 @@ class EnvironmentPool:
         stack = self.idle.get(rec.name, [])
         while stack:
             env = stack.pop()  # most recently used first: lets the others age out
-            if env.alive and env.code_tag == rec.code_tag:
+            if env.alive and env.tag == rec.environment_tag:
                 env.state = "running"
                 self.busy.add(env)
                 return env, False
@@ -116,9 +128,10 @@ class EnvironmentPool:
         return env, True
 
     def release(self, env: Environment, current_tag: str | None) -> None:
-        """Returns an environment after an invocation; a stale or dead one is stopped."""
+        """Returns an environment after an invocation; a stale (`current_tag`: the
+        function's environment_tag now) or dead one is stopped."""
         self.busy.discard(env)
-        if env.alive and env.code_tag == current_tag:
+        if env.alive and env.tag == current_tag:
             env.state = "ready"
             self.idle.setdefault(env.function, []).append(env)
         else:
@@ -127,10 +140,15 @@ class EnvironmentPool:
     def drop_function(self, name: str, keep_tag: str | None = None) -> None:
         """Stops the idle environments of `name` (all of them, or those not on `keep_tag`)."""
         for env in self.idle.pop(name, []):
-            if keep_tag is not None and env.alive and env.code_tag == keep_tag:
+            if keep_tag is not None and env.alive and env.tag == keep_tag:
                 self.idle.setdefault(name, []).append(env)
             else:
                 env.kill()
+
+    def code_in_use(self, name: str) -> set[str]:
+        """The code tags that live or starting environments of `name` run from."""
+        envs = [*self.idle.get(name, []), *(e for e in self.busy if e.function == name)]
+        return {e.code_tag for e in envs if e.alive} | {tag for f, tag in self._starting if f == name}
 
     def counts(self, name: str) -> dict[str, int]:
         return {
@@ -171,15 +189,26 @@ class EnvironmentPool:
             }
         )
         t0 = time.perf_counter()
-        with open(self.log_dir / f"{rec.name}.log", "ab") as log:
+        # What it starts with, read before any await: an update meanwhile must not re-tag it.
+        tag, code_tag, timeout_s, memory_mb = rec.environment_tag, rec.code_tag, rec.timeout_s, rec.memory_mb
+        starting = (rec.name, code_tag)
+        self._starting.append(starting)
+        try:
+            return await self._started(rec.name, tag, code_tag, timeout_s, memory_mb, code_dir, env_vars, t0)
+        finally:
+            self._starting.remove(starting)
+
+    async def _started(self, name: str, tag: str, code_tag: str, timeout_s: int, memory_mb: int,
+                       code_dir: Path, env_vars: dict[str, str], t0: float) -> Environment:
+        with open(self.log_dir / f"{name}.log", "ab") as log:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "serverless.worker",
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log,
                 env=env_vars, cwd=str(code_dir), start_new_session=True,
             )
-        env = Environment(function=rec.name, code_tag=rec.code_tag, proc=proc)
+        env = Environment(function=name, tag=tag, code_tag=code_tag, proc=proc)
         try:
-            ready = await asyncio.wait_for(env._read(), INIT_LIMIT_S + rec.timeout_s)
+            ready = await asyncio.wait_for(env._read(), INIT_LIMIT_S + timeout_s)
         except (asyncio.IncompleteReadError, TimeoutError, ValueError) as e:
             env.kill()
             await proc.wait()
@@ -189,9 +218,9 @@ class EnvironmentPool:
             ) from None
         env.init_ms = (time.perf_counter() - t0) * 1000.0  # what the caller waited: process start + import
         error = ready.get("error")
-        if error is None and ready.get("max_rss_mb", 0) > rec.memory_mb:
+        if error is None and ready.get("max_rss_mb", 0) > memory_mb:
             error = {"errorType": "Runtime.OutOfMemory",
-                     "errorMessage": f"Init used {ready['max_rss_mb']} MB, more than MemorySize {rec.memory_mb} MB"}
+                     "errorMessage": f"Init used {ready['max_rss_mb']} MB, more than MemorySize {memory_mb} MB"}
         if error:
             env.kill()
             await proc.wait()

@@ -27,6 +27,7 @@ from typing import Any
 from serverless import errors
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+ENV_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]+$")  # AWS's pattern for variable names
 # A function named by ARN or partial ARN, optionally with a version qualifier.
 ARN_RE = re.compile(r"^(?:arn:aws[a-z-]*:lambda:[a-z0-9-]+:)?\d{12}:function:([a-zA-Z0-9_-]{1,64})(?::[\w$-]+)?$")
 MAX_ZIP_BYTES = 50 * 1024 * 1024  # AWS's limit on a zip uploaded directly
@@ -54,8 +55,19 @@ class FunctionRecord:
 
     @property
     def code_tag(self) -> str:
-        """A filesystem-safe name of this code version (environments are tagged with it)."""
+        """A filesystem-safe name of this code version (its directory is `code-<tag>`)."""
         return base64.b64decode(self.code_sha256).hex()[:16]
+
+    @property
+    def environment_tag(self) -> str:
+        """What an execution environment was started with: code, handler, memory, variables.
+
+        Environments are reused only while it stands. Tagging them with the
+        code alone let one busy during an UpdateFunctionConfiguration go back
+        to the idle pool and serve the old variables until its keep-alive ran out.
+        """
+        started_with = json.dumps([self.handler, self.memory_mb, self.environment], sort_keys=True)
+        return f"{self.code_tag}-{hashlib.sha256(started_with.encode()).hexdigest()[:8]}"
 
     def configuration(self, region: str) -> dict[str, Any]:
         """The FunctionConfiguration shape of the service model."""
@@ -136,9 +148,16 @@ def _int_param(body: dict, key: str, default: int, lo: int, hi: int) -> int:
 
 
 def _environment(body: dict) -> dict[str, str]:
-    env = (body.get("Environment") or {}).get("Variables") or {}
+    environment = body.get("Environment") or {}
+    env = environment.get("Variables") or {} if isinstance(environment, dict) else None
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise errors.invalid_parameter("Environment.Variables must map names to strings")
+        raise errors.invalid_parameter('Environment must be {"Variables": {NAME: "value", ...}}')
+    bad = [k for k in env if not ENV_NAME_RE.match(k)]
+    if bad:
+        raise errors.invalid_parameter(
+            "Environment variable names must be two or more letters, digits or _, "
+            f"starting with a letter (AWS's rule), got {bad[0]!r}"
+        )
     return dict(env)
 
 
@@ -156,16 +175,19 @@ class FunctionStore:
     def _load(self) -> None:
         fields = {f.name for f in dataclasses.fields(FunctionRecord)}
         for cfg_path in sorted(self.root.glob("*/config.json")):
+            # A half-written or foreign file (config, code.zip or digest): skip that
+            # function rather than refuse to start.
             try:
                 raw = json.loads(cfg_path.read_text())
                 rec = FunctionRecord(**{k: v for k, v in raw.items() if k in fields})
-            except (OSError, ValueError, TypeError):
-                continue  # a half-written or foreign file: skip it rather than refuse to start
-            if not self.code_dir(rec).is_dir():
-                zip_path = cfg_path.parent / "code.zip"
-                if not zip_path.is_file():
-                    continue
-                self._unpack(rec, zip_path.read_bytes())
+                if not self.code_dir(rec).is_dir():
+                    zip_path = cfg_path.parent / "code.zip"
+                    if not zip_path.is_file():
+                        continue
+                    self._unpack(rec, zip_path.read_bytes())
+            except (OSError, ValueError, TypeError, binascii.Error, zipfile.BadZipFile):
+                continue
+            self.prune_code(rec, set())  # nothing runs yet: only its current code stays
             rec.state, rec.last_update_status = "Active", "Successful"
             self.functions[rec.name] = rec
 
@@ -208,7 +230,7 @@ class FunctionStore:
         if not isinstance(handler, str) or not handler.strip() or " " in handler:
             raise errors.invalid_parameter("Handler must be `module.function`, e.g. `app.handler`")
         code = body.get("Code") or {}
-        if "ZipFile" not in code:
+        if not isinstance(code, dict) or "ZipFile" not in code:
             raise errors.invalid_parameter("Code.ZipFile is required: this emulator takes zip uploads only")
         data = decode_zip(code["ZipFile"])
         rec = FunctionRecord(
@@ -296,9 +318,18 @@ class FunctionStore:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             zf.extractall(tmp)  # extractall drops absolute and `..` member paths
         os.replace(tmp, target)
-        for old in target.parent.glob("code-*"):
-            if old != target and old.is_dir():
-                shutil.rmtree(old, ignore_errors=True)  # busy workers keep their open files
+
+    def prune_code(self, rec: FunctionRecord, in_use: set[str]) -> None:
+        """Removes the code directories of `rec` that neither it nor a live environment uses.
+
+        An environment started on older code imports from its directory for
+        as long as it runs (a lazy `import helper` in the handler, or a cold
+        start in the middle of an update): removing it at once broke those.
+        """
+        keep = {f"code-{rec.code_tag}"} | {f"code-{tag}" for tag in in_use}
+        for old in (self.root / rec.name).glob("code-*"):
+            if old.name not in keep and old.is_dir() and ".tmp" not in old.name:
+                shutil.rmtree(old, ignore_errors=True)
 
     def _save(self, rec: FunctionRecord, data: bytes) -> None:
         d = self.root / rec.name

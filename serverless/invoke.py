@@ -73,8 +73,9 @@ class Invoker:
 
     # -- synchronous ----------------------------------------------------------
 
-    async def invoke(self, rec: FunctionRecord, payload: str) -> InvokeResult:
-        """Runs the function once; raises a 429 LambdaError when throttled."""
+    async def invoke(self, rec: FunctionRecord, payload: str, request_id: str | None = None) -> InvokeResult:
+        """Runs the function once (under `request_id`, else a new one); raises a 429
+        LambdaError when throttled."""
         meter = self.meters.of(rec.name)
         try:
             lease = self.limiter.acquire(rec.name)
@@ -82,12 +83,11 @@ class Invoker:
             meter.throttles += 1
             raise
         try:
-            return await self._run(rec, payload)
+            return await self._run(rec, payload, request_id or str(uuid.uuid4()))
         finally:
             self.limiter.release(lease)
 
-    async def _run(self, rec: FunctionRecord, payload: str) -> InvokeResult:
-        rid = str(uuid.uuid4())
+    async def _run(self, rec: FunctionRecord, payload: str, rid: str) -> InvokeResult:
         meter = self.meters.of(rec.name)
         try:
             env, cold = await self.pool.acquire(rec, self.store.code_dir(rec))
@@ -127,7 +127,9 @@ class Invoker:
             error = {"errorType": "Runtime.ExitError", "errorMessage": f"RequestId: {rid} Error: Runtime exited with error: {e}"}
         finally:
             current = self.store.functions.get(rec.name)
-            self.pool.release(env, current.code_tag if current is not None else None)
+            self.pool.release(env, current.environment_tag if current is not None else None)
+            if current is not None and env.code_tag != current.code_tag:
+                self.store.prune_code(current, self.pool.code_in_use(rec.name))  # its old code
         if error is not None:
             error.setdefault("requestId", rid)
             body = _json(error)
@@ -154,8 +156,8 @@ class Invoker:
     # -- asynchronous (InvocationType=Event) ----------------------------------
 
     def submit_event(self, name: str, payload: str) -> str:
-        rid = str(uuid.uuid4())
-        task = asyncio.get_running_loop().create_task(self._run_event(name, payload))
+        rid = str(uuid.uuid4())  # the caller's, the function's and the log's, retries included
+        task = asyncio.get_running_loop().create_task(self._run_event(name, payload, rid))
         self._event_tasks.add(task)
         task.add_done_callback(self._event_tasks.discard)
         return rid
@@ -164,7 +166,7 @@ class Invoker:
     def events_pending(self) -> int:
         return len(self._event_tasks)
 
-    async def _run_event(self, name: str, payload: str) -> None:
+    async def _run_event(self, name: str, payload: str, rid: str) -> None:
         attempts, waits = 0, 0
         async with self._event_slots:
             while attempts < EVENT_MAX_ATTEMPTS:
@@ -172,7 +174,7 @@ class Invoker:
                 if rec is None:
                     return  # deleted while queued: nothing to run
                 try:
-                    result = await self.invoke(rec, payload)
+                    result = await self.invoke(rec, payload, rid)
                 except errors.LambdaError:
                     waits += 1
                     if waits > EVENT_MAX_THROTTLE_WAITS:

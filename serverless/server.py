@@ -21,7 +21,7 @@ from aiohttp import web
 from serverless import errors, sigv4
 from serverless.concurrency import ConcurrencyLimiter
 from serverless.environments import EnvironmentPool
-from serverless.functions import FunctionRecord, FunctionStore
+from serverless.functions import FunctionRecord, FunctionStore, resolve_name
 from serverless.invoke import Invoker
 from serverless.meters import Meters
 
@@ -126,7 +126,7 @@ class Emulator:
         raw = await request.read()
         try:
             body = json.loads(raw or b"{}")
-        except (ValueError, UnicodeDecodeError) as e:
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:  # nested past the parser's depth
             raise errors.invalid_content(f"Could not parse request body into json: {e}") from None
         if not isinstance(body, dict):
             raise errors.invalid_content("The request body must be a JSON object")
@@ -137,6 +137,8 @@ class Emulator:
 
         async def run() -> None:
             await asyncio.to_thread(self.store.activate, rec)
+            if rec.state == "Active":  # the older code goes once no environment runs it
+                self.store.prune_code(rec, self.pool.code_in_use(rec.name))
 
         self._activations[rec.name] = asyncio.get_running_loop().create_task(run())
 
@@ -161,7 +163,7 @@ class Emulator:
         if task is not None and not task.done():
             await task  # one update at a time, as Lambda's ResourceConflict would force
         self.store.update_code(rec, body)
-        self.pool.drop_function(rec.name, keep_tag=rec.code_tag)
+        self.pool.drop_function(rec.name, keep_tag=rec.environment_tag)
         self._activate_soon(rec)
         return _json_response(rec.configuration(self.cfg.region))
 
@@ -246,14 +248,14 @@ class Emulator:
             payload = body.decode()
             if payload.strip():
                 json.loads(payload)
-        except (UnicodeDecodeError, ValueError) as e:
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
             raise errors.invalid_content(f"Could not parse request body into json: {e}") from None
         if rec.state != "Active" or rec.last_update_status == "InProgress":
             await self._ready(rec)
         if itype == "DryRun":
             return web.Response(status=204)
         if itype == "Event":
-            rid = self.invoker.submit_event(rec.name, payload)
+            rid = self.invoker.submit_event(rec.name, payload)  # the id the function sees too
             return web.Response(status=202, headers={"x-amzn-RequestId": rid})
         result = await self.invoker.invoke(rec, payload)
         headers = {"X-Amz-Executed-Version": "$LATEST", "x-amzn-RequestId": result.request_id, "Content-Type": "application/json"}
@@ -278,11 +280,14 @@ class Emulator:
         return _json_response(snap)
 
     async def logs(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
+        name = resolve_name(request.match_info["name"])  # a name, never a path
         path = Path(self.cfg.state_dir) / "logs" / f"{name}.log"
         if name not in self.store.functions and not path.is_file():
             raise errors.not_found(name, self.cfg.region)
-        lines = int(request.query.get("lines", "100"))
+        lines_arg = request.query.get("lines", "100")
+        if not lines_arg.isdigit() or int(lines_arg) < 1:
+            raise errors.invalid_parameter(f"lines must be a whole number >= 1, got {lines_arg!r}")
+        lines = int(lines_arg)
         text = path.read_text(errors="replace") if path.is_file() else ""
         tail = "\n".join(text.splitlines()[-lines:])
         return web.Response(text=tail + ("\n" if tail else ""), content_type="text/plain")

@@ -133,19 +133,34 @@ def _invoke(handler, msg: dict) -> dict:
     finally:
         sys.stdout, sys.stderr = real_out, real_err
     out["duration_ms"] = (time.perf_counter() - t0) * 1000.0
-    out["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    out["max_rss_mb"] = _peak_resident_mb()
     out["logs"] = captured.getvalue()[-8192:]
     out["fatal"] = fatal
     return out
 
 
-def _mapped_bytes() -> int:
-    """This process's address space now (VmSize), what RLIMIT_AS counts."""
+def _status_kb(field: str) -> int:
+    """A field of /proc/self/status, in kB (0 where the kernel has none)."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
+            if line.startswith(field):
+                return int(line.split()[1])
     return 0
+
+
+def _mapped_bytes() -> int:
+    """This process's address space now (VmSize), what RLIMIT_AS counts."""
+    return _status_kb("VmSize:") * 1024
+
+
+def _peak_resident_mb() -> int:
+    """This function's own resident peak (VmHWM), Lambda's "Max Memory Used".
+
+    Not getrusage's ru_maxrss: Linux carries that across exec, so a worker
+    started by an emulator that had torch loaded reported the emulator's
+    peak (179 MB for a one-line handler) and failed every 128 MB function.
+    """
+    return _status_kb("VmHWM:") // 1024
 
 
 def main() -> int:
@@ -166,7 +181,7 @@ def main() -> int:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     write_frame(proto_out, {
         "type": "ready", "init_ms": (time.perf_counter() - t_start) * 1000.0, "error": init_error,
-        "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+        "max_rss_mb": _peak_resident_mb(),
     })
     if init_error is not None:
         return 1

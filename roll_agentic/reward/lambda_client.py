@@ -16,6 +16,7 @@ import base64
 import json
 import random
 import re
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -83,15 +84,16 @@ class ServerlessRewardClient:
         backoff_max_s: float = 2.0,
         client: Any = None,
     ) -> None:
-        from serverless.deploy import lambda_client
-
         self.prefix = function_prefix
         self.max_retries = max_retries
         self.backoff_base_s, self.backoff_max_s = backoff_base_s, backoff_max_s
-        self._client = client or lambda_client(
-            endpoint_url, region, read_timeout_s=timeout_s + 5.0,
-            max_pool_connections=max_concurrency, max_attempts=1,
-        )
+        self._endpoint_url, self._region, self._max_concurrency = endpoint_url, region, max_concurrency
+        self._default_timeout_s = timeout_s
+        self._fixed_client = client
+        self._clients: dict[float, Any] = {}  # read timeout: a client that waits that long
+        self._function_timeouts: dict[str, float] = {}
+        self._clients_lock = threading.Lock()
+        self._client = client or self._client_waiting(timeout_s)
         self._sem = asyncio.Semaphore(max_concurrency)
         self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="reward-invoke")
         self._invoke_once = faults.invoke_fn(self._invoke)  # `self._invoke` unless faults are on
@@ -99,8 +101,46 @@ class ServerlessRewardClient:
     def function_name(self, function: str) -> str:
         return self.prefix + function
 
+    def _client_waiting(self, timeout_s: float) -> Any:
+        """A client whose reads wait out a function of this Timeout (5 s beyond it)."""
+        from serverless.deploy import lambda_client
+
+        read_timeout_s = float(timeout_s) + 5.0
+        with self._clients_lock:
+            if read_timeout_s not in self._clients:
+                self._clients[read_timeout_s] = lambda_client(
+                    self._endpoint_url, self._region, read_timeout_s=read_timeout_s,
+                    max_pool_connections=self._max_concurrency, max_attempts=1,
+                )
+            return self._clients[read_timeout_s]
+
+    def _client_for(self, name: str) -> Any:
+        """The client to invoke `name` with: it waits as long as the function may run.
+
+        A reward declares its own Timeout (code_exec: 120 s). A client that
+        gave up at `timeout_s` (30 s) could never see a slower one succeed,
+        and each retry ran it again beside the one still running. The
+        function's Timeout is asked once (GetFunctionConfiguration); where
+        the service does not say (no permission, say), `timeout_s` stands.
+        """
+        if self._fixed_client is not None:
+            return self._fixed_client
+        timeout_s = self._function_timeouts.get(name)
+        if timeout_s is None:
+            try:
+                timeout_s = float(self._client.get_function_configuration(FunctionName=name)["Timeout"])
+            except ClientError as e:
+                if e.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+                    return self._client  # the Invoke says so; ask again once it exists
+                timeout_s = self._default_timeout_s
+            except Exception:  # noqa: BLE001 - a transport failure: the Invoke meets it too
+                return self._client
+            timeout_s = max(timeout_s, self._default_timeout_s)
+            self._function_timeouts[name] = timeout_s
+        return self._client_waiting(timeout_s)
+
     def _invoke(self, name: str, payload: bytes) -> tuple[dict, bytes]:
-        resp = self._client.invoke(FunctionName=name, InvocationType="RequestResponse", LogType="Tail", Payload=payload)
+        resp = self._client_for(name).invoke(FunctionName=name, InvocationType="RequestResponse", LogType="Tail", Payload=payload)
         return resp, resp["Payload"].read()
 
     async def score(self, function: str, summary: dict) -> RewardOutcome:
@@ -160,4 +200,5 @@ class ServerlessRewardClient:
 
     async def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self._client.close()
+        for client in {id(c): c for c in (self._client, *self._clients.values())}.values():
+            client.close()

@@ -146,6 +146,28 @@ def test_serverless_failures_are_never_a_silent_zero(emulator):
     assert "JSON" in out["unserialisable"].error
 
 
+def test_a_reward_slower_than_the_clients_timeout_but_within_its_own_succeeds(emulator):
+    """The client waits as long as the function's Timeout, not only its own `timeout_s`.
+
+    Before, reads gave up at timeout_s + 5 s: a code_exec reward (Timeout
+    120 s) that took longer never succeeded, and every retry ran it again
+    beside the run still going.
+    """
+    url, svc = emulator
+    client = lambda_client(url)
+    deploy(client, spec_for(svc.state_dir / "src" / "tricky.py", name="roll-agentic-patient", timeout_s=15))
+    client.close()
+
+    async def main():
+        reward_client = ServerlessRewardClient(url, max_retries=0, timeout_s=0.1)
+        out = await reward_client.score("patient", {"kind": "sleep", "s": 5.6})
+        await reward_client.close()
+        return out
+
+    out = asyncio.run(main())
+    assert out.ok and out.value == 0.75 and out.retries == 0, out.error
+
+
 def test_serverless_client_retries_throttles(emulator):
     url, _ = emulator
     c = lambda_client(url)

@@ -170,3 +170,42 @@ def test_client_error_shape(shared_endpoint):
     err = e.value.response
     assert err["Error"]["Code"] == "ResourceNotFoundException"
     assert err["ResponseMetadata"]["HTTPStatusCode"] == 404
+
+
+def _raw(endpoint: str, method: str, path: str, body: bytes = b"") -> tuple[int, str]:
+    """One unsigned request (the emulator here checks no signatures): status and error type."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(endpoint + path, data=body or None, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, ""
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("x-amzn-ErrorType", "")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "error_type"),
+    [
+        ("POST", "/2015-03-31/functions", b"[" * 100_000 + b"]" * 100_000, "InvalidRequestContentException"),
+        ("POST", "/2015-03-31/functions/api-crud/invocations", b"[" * 100_000 + b"]" * 100_000,
+         "InvalidRequestContentException"),
+        ("POST", "/2015-03-31/functions", b'{"FunctionName": "api-x", "Handler": "a.b", "Code": ["ZipFile"]}',
+         "InvalidParameterValueException"),
+        ("PUT", "/2015-03-31/functions/api-crud/configuration", b'{"Environment": "x"}',
+         "InvalidParameterValueException"),
+        ("PUT", "/2015-03-31/functions/api-crud/configuration", b'{"Environment": {"Variables": {"A=B": "c"}}}',
+         "InvalidParameterValueException"),
+        ("GET", "/_emulator/logs/..%2F..%2Femulator", b"", "InvalidParameterValueException"),
+        ("GET", "/_emulator/logs/api-crud?lines=abc", b"", "InvalidParameterValueException"),
+        ("GET", "/_emulator/logs/api-crud?lines=0", b"", "InvalidParameterValueException"),
+    ],
+)
+def test_malformed_requests_are_400s_not_500s(shared_endpoint, echo_zip, method, path, body, error_type):
+    """Each names what is wrong; before, these were 500 ServiceExceptions (which callers retry)
+    and the log route read any *.log file it was pointed at."""
+    c = client_for(shared_endpoint)
+    if "api-crud" not in [f["FunctionName"] for f in c.list_functions()["Functions"]]:
+        create(c, "api-crud", echo_zip)
+    assert _raw(shared_endpoint, method, path, body) == (400, error_type)
