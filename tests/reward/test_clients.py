@@ -257,3 +257,27 @@ def test_an_emulator_outlives_no_run_that_was_killed(tmp_path):
     assert not _alive(server_pid), "the emulator outlived the run that started it"
     assert not (tmp_path / "state" / "endpoint.json").exists()
     assert "is gone: stopping" in (tmp_path / "state" / "emulator.log").read_text()
+
+
+def test_a_run_reaches_an_emulator_that_checks_signatures(tmp_path, monkeypatch):
+    """With the emulator's keys exported (serverless/README.md), the emulator a run starts
+    checks signatures with them; the run's deploys and invokes must sign with them too."""
+    monkeypatch.setenv("ROLL_AGENTIC_SERVERLESS_ACCESS_KEY", "AKTESTKEY")
+    monkeypatch.setenv("ROLL_AGENTIC_SERVERLESS_SECRET_KEY", "secret-for-tests")
+    cfg = RewardConfig(mode="serverless", max_retries=0)
+    with LocalServerless() as svc:
+        url = svc.start(tmp_path / "state")
+        svc.deploy_rewards(url, ["frozenlake"], cfg)
+
+        async def main():
+            client = make_reward_client(cfg, url)
+            out = await client.score("frozenlake", SUMMARY)
+            await client.close()
+            return out
+
+        out = asyncio.run(main())
+        stranger = lambda_client(url, access_key="someone", secret_key="else")
+        with pytest.raises(stranger.exceptions.ClientError):
+            stranger.list_functions()
+        stranger.close()
+    assert out.ok and out.value == pytest.approx(rewards.frozenlake.reward(SUMMARY)), out.error
