@@ -106,7 +106,8 @@ class DiscreteTextAdapter(gym.Env):
         index = self.parse_action(action)
         if index is None:
             return self._last_text, 0.0, False, False, {"invalid_action": True}
-        obs, reward, terminated, truncated, info = self.env.step(index)
+        # Discrete(n, start=s) names actions s .. s+n-1: index i is action s + i.
+        obs, reward, terminated, truncated, info = self.env.step(int(self.env.action_space.start) + index)
         self._last_text = f"{self._render(obs)}\n{self.action_hint}"
         return self._last_text, float(reward), bool(terminated), bool(truncated), dict(info)
 

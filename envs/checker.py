@@ -12,6 +12,7 @@ from typing import Any
 
 from envs.adapter import DiscreteTextAdapter
 from envs.registry import EnvSpecError, make_text_env
+from roll_agentic.rollout.env_contract import EnvContractError, check_step
 
 
 @dataclass
@@ -68,16 +69,10 @@ def check_env(env_id: str, env_kwargs: dict | None = None, seed: int = 0, steps:
     except Exception as err:
         results.append(CheckResult("step types", False, f"step({replies[0]!r}) raised {type(err).__name__}: {err}"))
         return results
-    if not (isinstance(out, tuple) and len(out) == 5):
-        step_ok, detail = False, f"step() must return a 5-tuple, got {type(out).__name__} of {len(out) if isinstance(out, tuple) else '?'}"
-    else:
-        o, r, te, tr, inf = out
-        types = (isinstance(o, str), isinstance(r, (int, float)), isinstance(te, bool),
-                 isinstance(tr, bool), isinstance(inf, dict))
-        if not all(types):
-            step_ok = False
-            detail = ("step() must return (str, float, bool, bool, dict), got "
-                      f"({', '.join(type(x).__name__ for x in out)})")
+    try:  # the contract training holds every step to (numpy rewards and flags pass, NaN fails)
+        check_step(out)
+    except EnvContractError as err:
+        step_ok, detail = False, str(err)
     results.append(CheckResult("step types", step_ok, detail))
 
     env.reset(seed=seed)

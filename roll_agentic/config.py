@@ -38,7 +38,8 @@ class TaskConfig:
 class ModelConfig:
     path: str = ""  # a local Hugging Face checkpoint; "" = the tiny model below
     tiny_dir: str = ".cache/tiny-model"  # built on first use by `roll-agentic model tiny`
-    dtype: str = "float32"
+    # No dtype key: the trainer keeps float32 weights and the engines take float32 on the
+    # CPU and the checkpoint's own dtype on a GPU (vLLM's "auto"); a key read by nothing was removed.
 
 
 @dataclass
@@ -218,6 +219,21 @@ def validate(cfg: Config) -> Config:
     _check(e, cfg.engine.temperature > 0, "engine.temperature", "a number > 0", cfg.engine.temperature)
     _check(e, 0 < cfg.engine.top_p <= 1, "engine.top_p", "a number in (0, 1]", cfg.engine.top_p)
     _check(e, cfg.engine.max_model_len >= 64, "engine.max_model_len", "an integer >= 64", cfg.engine.max_model_len)
+    _check(e, cfg.engine.max_batch >= 1, "engine.max_batch", "an integer >= 1", cfg.engine.max_batch)
+    _check(e, cfg.engine.kv_cache_gib > 0, "engine.kv_cache_gib", "a number > 0", cfg.engine.kv_cache_gib)
+    _check(e, 0 < cfg.engine.gpu_memory_utilization <= 1, "engine.gpu_memory_utilization", "a number in (0, 1]",
+           cfg.engine.gpu_memory_utilization)
+    _check(e, cfg.algo.adv_eps > 0, "algo.adv_eps", "a number > 0", cfg.algo.adv_eps)
+    _check(e, cfg.rollout.env_step_timeout_s > 0, "rollout.env_step_timeout_s", "a number of seconds > 0",
+           cfg.rollout.env_step_timeout_s)
+    _check(e, cfg.reward.timeout_s > 0, "reward.timeout_s", "a number of seconds > 0", cfg.reward.timeout_s)
+    _check(e, cfg.trainer.max_grad_norm > 0, "trainer.max_grad_norm", "a number > 0", cfg.trainer.max_grad_norm)
+    _check(e, cfg.trainer.weight_decay >= 0, "trainer.weight_decay", "a number >= 0", cfg.trainer.weight_decay)
+    _check(e, cfg.ray.num_cpus >= 0, "ray.num_cpus", "an integer >= 0 (0 = all cores)", cfg.ray.num_cpus)
+    _check(e, cfg.envs.num_cpus >= 0, "envs.num_cpus", "a number >= 0", cfg.envs.num_cpus)
+    plain_name = re.fullmatch(r"[\w.-]+", cfg.run_name) is not None and cfg.run_name not in (".", "..")
+    _check(e, cfg.run_name == "" or plain_name, "run_name",
+           "a plain directory name (letters, digits, . _ -), or empty for a timestamp", cfg.run_name)
     _check(e, cfg.algo.alpha >= 0, "algo.alpha", "an integer >= 0 (0 = synchronous)", cfg.algo.alpha)
     _check(e, cfg.algo.groups_per_step >= 1, "algo.groups_per_step", "an integer >= 1", cfg.algo.groups_per_step)
     _check(e, 0 < cfg.algo.clip_eps < 1, "algo.clip_eps", "a number in (0, 1)", cfg.algo.clip_eps)
@@ -267,6 +283,11 @@ def validate(cfg: Config) -> Config:
         _check(e, t.weight > 0, f"{k}.weight", "a number > 0", t.weight)
         _check(e, 0 <= t.format_penalty <= 1, f"{k}.format_penalty", "a number in [0, 1]", t.format_penalty)
         _check(e, t.max_new_tokens >= 1, f"{k}.max_new_tokens", "an integer >= 1", t.max_new_tokens)
+        # A turn's budget that fills the context leaves no room for its prompt: the
+        # episode ended before its first reply and trained on nothing.
+        _check(e, t.max_new_tokens <= cfg.engine.max_model_len // 2, f"{k}.max_new_tokens",
+               f"at most half of engine.max_model_len ({cfg.engine.max_model_len // 2}), leaving room for "
+               "the conversation", t.max_new_tokens)
         _check(e, t.reward.replace("_", "").isalnum(), f"{k}.reward", "the name of a module in rewards/", t.reward)
         _check(e, t.pool in pool_names, f"{k}.pool", f"one of the pools {sorted(pool_names)}", t.pool)
     for i, p in enumerate(cfg.pools):

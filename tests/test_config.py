@@ -29,6 +29,14 @@ def test_list_of_tasks_from_the_command_line_takes_defaults():
     ("tasks=[{name:c,envid:X}]", "unknown config key"),
     ("rollout.mode=tail_batching", "algo.alpha: expected 0 with rollout.mode=tail_batching"),
     ("trainer.device=gpu", "trainer.device: expected cpu, cuda or cuda:N"),
+    # accepted before, then a hang (max_batch=0), a torch error (a turn's budget filling the
+    # context), every env call failing, or a run directory outside output_dir
+    ("engine.max_batch=0", "engine.max_batch: expected an integer >= 1"),
+    ("tasks.0.max_new_tokens=2000", "tasks[0].max_new_tokens: expected at most half of engine.max_model_len"),
+    ("rollout.env_step_timeout_s=-5", "rollout.env_step_timeout_s: expected a number of seconds > 0"),
+    ("run_name=../../x", "run_name: expected a plain directory name"),
+    ("engine.gpu_memory_utilization=2", "engine.gpu_memory_utilization: expected a number in (0, 1]"),
+    ("model.dtype=bfloat16", "unknown config key 'model.dtype'"),
 ])
 def test_bad_config_is_one_clear_line(override, message):
     with pytest.raises(ConfigError) as err:

@@ -18,6 +18,7 @@ from roll_agentic.mux.group import Group, is_saturated
 from roll_agentic.mux.mux_config import MuxConfig
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, NodeClass, phase_times, planned
 from roll_agentic.mux.round_robin import MemberPlan, evaluate_on, members_of
+from roll_agentic.rollout.task_check import task_problem
 
 GB = 1e9  # the policy counts host memory in GB; the mux config in bytes
 ARCH_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
@@ -63,6 +64,9 @@ def refusal(cfg: Config, model_path: str, pool_model_path: str, m: MuxConfig) ->
                 "weights its last train phase wrote, and no ticket may stay open across another job's phase")
     if cfg.trainer.num_workers != 1 or cfg.trainer.resources:
         return "trainer.num_workers must be 1: a training node here is one trainer process"
+    problem = task_problem(cfg.tasks)
+    if problem:
+        return problem
     if architecture(model_path) != architecture(pool_model_path):
         return (f"model architecture {architecture(model_path)} differs from the rollout pool's "
                 f"{architecture(pool_model_path)}: the shared engines load weights, not models")

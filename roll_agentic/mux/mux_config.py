@@ -10,6 +10,7 @@ slowdown of an iteration it tolerates versus running alone.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,9 @@ def _job(raw: dict[str, Any], where: str) -> JobSpec:
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; valid: name, slo, overrides, "
                           "config_dir, config_name")
-    if not raw.get("name"):
-        raise ConfigError(f"{where}.name: expected a non-empty job name")
+    if not raw.get("name") or not re.fullmatch(r"[\w.-]+", str(raw["name"])) or str(raw["name"]) in (".", ".."):
+        raise ConfigError(f"{where}.name: expected a job name of letters, digits, . _ - "
+                          f"(it names the job's run directory), got {raw.get('name')!r}")
     spec = JobSpec(str(raw["name"]), float(raw.get("slo", 1.5)), [str(o) for o in raw.get("overrides") or []],
                    str(raw.get("config_dir") or ""), str(raw.get("config_name") or "config"))
     if spec.slo < 1.0:

@@ -197,17 +197,30 @@ class TrajectoryBuffer:
             if t.status != "ok":
                 self.last_error = f"{t.status}: {t.error}"[:500]
         if len(ok) < 2:  # GRPO needs two to compare; re-roll the same prompt
-            self.counters.groups_dropped_failed += 1
-            self._failed_in_a_row += 1
+            self._group_failed()
             self.counters.trajectories_dropped += len(members)
             self._requeued.append(ticket)
             self._granted -= 1
         else:
             self.counters.trajectories_dropped += failed
             self._ready.append(ok)
-            self.counters.groups_completed += 1
-            self._failed_in_a_row = 0
-            self._last_success = time.monotonic()
+            self._group_completed()
+
+    def _group_failed(self) -> None:
+        self.counters.groups_dropped_failed += 1
+        self._failed_in_a_row += 1
+
+    def _group_completed(self) -> None:
+        self.counters.groups_completed += 1
+        self._failed_in_a_row = 0
+        self._last_success = time.monotonic()
+
+    def _raise_if_failing(self) -> None:
+        """Ends the run once every group fails, for long enough that nothing is merely restarting."""
+        if (self._failed_in_a_row >= self.max_failed_in_a_row
+                and time.monotonic() - self._last_success > self.max_failing_s):
+            raise RuntimeError(f"{self._failed_in_a_row} groups in a row failed (every episode in them "
+                               f"lost); last error: {self.last_error}")
 
     # -- groups out ----------------------------------------------------------------------
     def _drop_stale(self, version: int) -> None:
@@ -227,10 +240,7 @@ class TrajectoryBuffer:
         """The next `num_groups` complete groups, none staler than alpha at `version`."""
         async with self._cond:
             while True:
-                if (self._failed_in_a_row >= self.max_failed_in_a_row
-                        and time.monotonic() - self._last_success > self.max_failing_s):
-                    raise RuntimeError(f"{self._failed_in_a_row} groups in a row failed (every episode in them "
-                                       f"lost); last error: {self.last_error}")
+                self._raise_if_failing()
                 self._drop_stale(version)
                 if len(self._ready) >= num_groups or self._stopped:
                     break

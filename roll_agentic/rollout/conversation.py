@@ -7,6 +7,7 @@ re-encoded, so what the trainer scores is what the policy generated.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from roll_agentic.model.chat_format import ASSISTANT, END, USER
@@ -38,31 +39,51 @@ class MarkerChatFormat:
         return self.tok.decode(token_ids, skip_special_tokens=True)
 
 
+def template_ids(tokenizer, messages: list[dict], add_generation_prompt: bool = False) -> list[int]:
+    """The token ids of `messages` under the tokenizer's chat template.
+
+    transformers 5 returns a BatchEncoding for tokenize=True; taken as a list,
+    that was its keys (['input_ids', 'attention_mask']), not ids.
+    """
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True,
+                                        return_dict=False)
+    if isinstance(out, Mapping):
+        out = out["input_ids"]
+    return [int(i) for i in out]
+
+
 class TemplateChatFormat:
     """Any HF tokenizer with a chat template: each turn is the template's delta.
 
     The ids of a new user turn are what the template adds after a finished
     exchange; computing that delta on a dummy exchange keeps the earlier ids
-    untouched.
+    untouched. What the template writes after a reply's end token (Qwen's
+    newline after `<|im_end|>`) is not sampled, so it opens the next
+    observation: the ids are then exactly the template's rendering.
     """
 
     def __init__(self, tokenizer):
         self.tok = tokenizer
         eos = tokenizer.eos_token_id
         self.stop_token_ids = tuple([eos] if eos is not None else [])
-        base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
-        self._base = tokenizer.apply_chat_template(base, tokenize=True)
+        exchange = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+        base = template_ids(tokenizer, exchange)
+        probe = template_ids(tokenizer, [*exchange, {"role": "user", "content": "z"}], add_generation_prompt=True)
+        if probe[: len(base)] != base:
+            raise ValueError("the tokenizer's chat template renders earlier turns differently once a turn is "
+                             "added, so turns cannot be appended as token ids; use another template")
+        self._base_len = len(base)
+        ends = [i for i, t in enumerate(base) if t in self.stop_token_ids]
+        self._after_end = base[ends[-1] + 1 :] if ends else []  # e.g. the newline after <|im_end|>
 
     def observation_tokens(self, text: str, first: bool, last_reply_closed: bool) -> list[int]:
         msg = [{"role": "user", "content": text}]
         if first:
-            return list(self.tok.apply_chat_template(msg, add_generation_prompt=True, tokenize=True))
-        full = self.tok.apply_chat_template(
-            [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}] + msg,
-            add_generation_prompt=True, tokenize=True)
-        delta = list(full[len(self._base):])
+            return template_ids(self.tok, msg, add_generation_prompt=True)
+        full = template_ids(self.tok, [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}, *msg],
+                            add_generation_prompt=True)
         close = [] if last_reply_closed or not self.stop_token_ids else [self.stop_token_ids[0]]
-        return close + delta
+        return close + self._after_end + full[self._base_len :]
 
     def decode(self, token_ids: list[int]) -> str:
         return self.tok.decode(token_ids, skip_special_tokens=True)

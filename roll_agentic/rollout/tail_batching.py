@@ -164,7 +164,7 @@ class TailBatchingBuffer(TrajectoryBuffer):
         self._outstanding -= 1
         self._ready.append(members)
         self._done_groups.add(traj.group_id)
-        self.counters.groups_completed += 1
+        self._group_completed()
         self._round_done += 1
         if self._round_done >= self._round_target:
             self._close_round()
@@ -180,7 +180,7 @@ class TailBatchingBuffer(TrajectoryBuffer):
                     del self._open[gid]
                     self._round_groups.discard(gid)
                     self._outstanding -= 1
-                    self.counters.groups_dropped_failed += 1
+                    self._group_failed()
                     self._round_tickets.append(Ticket("", ticket.task, ticket.seed, ticket.group_size,
                                                       ticket.issued_version, ticket.keep, ticket.round_id))
             self._cond.notify_all()
@@ -189,7 +189,9 @@ class TailBatchingBuffer(TrajectoryBuffer):
         """The round's groups: `num_groups` (P0), or more when a long round was filled."""
         async with self._cond:
             num_groups = max(num_groups, self._round_target)
-            await self._cond.wait_for(lambda: self._stopped or len(self._ready) >= num_groups)
+            while not (self._stopped or len(self._ready) >= num_groups):
+                self._raise_if_failing()  # every group failing would otherwise wait for ever
+                await self._cond.wait()
             batch = [self._ready.popleft() for _ in range(min(num_groups, len(self._ready)))]
             self.counters.trajectories_trained += sum(len(g) for g in batch)
             return batch
@@ -197,7 +199,9 @@ class TailBatchingBuffer(TrajectoryBuffer):
     async def take_ready(self, version: int) -> tuple[list[list[Trajectory]], bool]:
         """Streaming: the groups completed so far (waits for at least one new one)."""
         async with self._cond:
-            await self._cond.wait_for(lambda: self._stopped or bool(self._ready))
+            while not (self._stopped or self._ready):
+                self._raise_if_failing()
+                await self._cond.wait()
             batch = list(self._ready)
             self._ready.clear()
             self.counters.trajectories_trained += sum(len(g) for g in batch)

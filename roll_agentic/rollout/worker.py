@@ -183,7 +183,12 @@ class RolloutWorker:
     # -- environments -------------------------------------------------------------------
     def _take_env(self, task: TaskConfig) -> Any:
         free = self._free_envs[task.name]
-        return free.pop() if free else make_text_env(task.env_id, task.env_kwargs)
+        if free:
+            return free.pop()
+        try:
+            return make_text_env(task.env_id, task.env_kwargs)
+        except Exception as err:  # the env's failure (labelled so), not the engine's: no engine back-off
+            raise EnvFailure(f"env call make({task.env_id!r}) raised {type(err).__name__}: {err}") from err
 
     async def _env_call(self, fn, *args, **kwargs):
         # One executor future and one timer per call, not wait_for(to_thread(...)):

@@ -26,6 +26,7 @@ from roll_agentic.engine.placement import placement
 from roll_agentic.engine.pool_stats import collect_engine_stats
 from roll_agentic.engine.router import Router, router_kwargs
 from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
+from roll_agentic.rollout.task_check import check_tasks
 from roll_agentic.rollout.worker import RolloutWorker
 from roll_agentic.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from roll_agentic.train.resource_check import (
@@ -33,6 +34,7 @@ from roll_agentic.train.resource_check import (
     shortfall_error,
     trainer_in_process,
 )
+from roll_agentic.train.step_guard import StepGuard
 from roll_agentic.train.step_metrics import rollout_metrics
 from roll_agentic.train.trainer import PolicyTrainer, samples_from_groups
 from roll_agentic.train.weight_sync import WeightPublisher
@@ -72,7 +74,13 @@ def resolve_run_dir(cfg: Config) -> Path:
                                     "pass run_name=<run> or start without resume")
         return runs[-1]
     name = cfg.run_name or dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return root / name
+    run_dir = root / name
+    if not cfg.trainer.resume and latest_checkpoint(run_dir / "checkpoints") is not None:
+        # A fresh run there would prune its own new checkpoints in favour of the old
+        # run's higher steps, and a later resume would load the old run.
+        raise RuntimeError(f"{run_dir} already holds a run's checkpoints: pass trainer.resume=true to "
+                           "continue it, or another run_name (none: a new timestamped one)")
+    return run_dir
 
 
 def start_rewards(cfg: Config, run_dir: Path) -> tuple[object | None, str]:
@@ -123,6 +131,7 @@ class TrainingJob:
         self.workers: list = []
         self.worker_runs: list = []
         self._last_engine_stats: list[dict] = []
+        self.guard = StepGuard()  # Ctrl-C never leaves a half-done step in a checkpoint
 
     # -- start-up -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -133,6 +142,7 @@ class TrainingJob:
         problem = in_process_device_error(cfg, torch.cuda.is_available())
         if problem:
             raise RuntimeError(problem)
+        check_tasks(cfg.tasks)  # a typo in env_id or reward: one line now, not a failing run
         self.started_ray = init_ray(cfg.ray)
         if not cfg.ray.address:  # a local Ray has all its nodes now; a cluster may still grow
             problem = shortfall_error(cfg, ray.cluster_resources())
@@ -209,7 +219,8 @@ class TrainingJob:
         Once STREAM_FROM of the round's groups are complete, gradients of the
         finished groups are computed while the rest still generate; the single
         optimizer step waits for the whole round, so the update is the same
-        as computing it after the round (no sample is off-policy).
+        as computing it after the round (no sample is off-policy). Gradients
+        change no weight: only the step's end (`_apply_streamed`) does.
         """
         p0 = self.cfg.algo.groups_per_step
         groups: list = []
@@ -231,24 +242,30 @@ class TrainingJob:
         rollout_done = time.perf_counter()
         if held:
             self.trainer.accumulate(samples_from_groups(held, self.cfg.algo.adv_eps))
-        m = self.trainer.apply()  # its lr is that of self.trainer.step, the step being taken
+        return groups, {"tail/streamed_grad_s": streamed_s, "tail/round_closed": float(closed),
+                        "tail/final_grad_s": time.perf_counter() - rollout_done}
+
+    def _apply_streamed(self, m: dict[str, float]) -> dict[str, float]:
+        m.update(self.trainer.apply())  # its lr is that of self.trainer.step, the step being taken
         self.trainer.step += 1
-        m.update({"tail/streamed_grad_s": streamed_s, "tail/round_closed": float(closed),
-                  "tail/final_grad_s": time.perf_counter() - rollout_done})
-        return groups, m
+        return m
 
     def step_once(self) -> dict[str, float]:
         t0 = time.perf_counter()
         if self.cfg.rollout.mode == "tail_batching":
             groups, train_m = self.stream_phase()
-            t1 = t2 = time.perf_counter()
-            t1 -= train_m["tail/final_grad_s"]
+            t1 = time.perf_counter() - train_m["tail/final_grad_s"]
+            with self.guard.updating():
+                train_m = self._apply_streamed(train_m)
+                t2 = time.perf_counter()
+                sync_m = self.sync_phase()
         else:
             groups = self.rollout_phase()
             t1 = time.perf_counter()
-            train_m = self.train_phase(groups)
-            t2 = time.perf_counter()
-        sync_m = self.sync_phase()
+            with self.guard.updating():
+                train_m = self.train_phase(groups)
+                t2 = time.perf_counter()
+                sync_m = self.sync_phase()
         t3 = time.perf_counter()
         engine_stats = collect_engine_stats(self.engines, self._last_engine_stats, self.engine_pools)
         self.router.observe.remote(engine_stats)  # phase-aware routing learns each task's reply length
@@ -293,9 +310,13 @@ class TrainingJob:
                         self.checkpoint()
         except KeyboardInterrupt:
             interrupted = True
-            print("\ninterrupted: saving a checkpoint before stopping ...", flush=True)
-            with contextlib.suppress(Exception):
-                print(f"checkpoint: {self.checkpoint()}", flush=True)
+            if self.guard.torn:
+                print(f"\nstopped in the middle of step {self.version + 1}: nothing saved, the last "
+                      "checkpoint stands", flush=True)
+            else:
+                print("\ninterrupted: saving a checkpoint before stopping ...", flush=True)
+                with contextlib.suppress(Exception):
+                    print(f"checkpoint: {self.checkpoint()}", flush=True)
         finally:
             rows = log.read()
             log.close()

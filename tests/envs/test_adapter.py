@@ -1,3 +1,4 @@
+import gymnasium as gym
 import pytest
 
 from envs.adapter import DiscreteTextAdapter
@@ -75,3 +76,58 @@ def test_checker_names_wrong_types():
     results = check_env("tests.envs.test_adapter:_WrongTypes")
     bad = [r for r in results if not r.ok]
     assert bad and "reset() must return (str, dict), got (int, dict)" in bad[0].detail
+
+
+class _NumpyStep(_WrongTypes):
+    """Text in and out, with numpy's reward and flags (as many gymnasium envs return); NaN on request."""
+
+    def reset(self, *, seed=None, options=None):
+        return "start", {"invalid_action": False}
+
+    def step(self, action):
+        import numpy as np
+
+        if "\x00" in action:
+            return "start", np.float32(0.0), np.bool_(False), np.bool_(False), {"invalid_action": True}
+        reward = np.float32("nan") if getattr(self, "nan", False) else np.float32(1.0)
+        return "next", reward, np.bool_(True), np.bool_(False), {}
+
+
+class _NanStep(_NumpyStep):
+    nan = True
+
+
+def test_checker_holds_envs_to_the_contract_training_uses():
+    """numpy rewards and flags train fine, so they pass; a NaN reward fails every episode, so it fails."""
+    ok = {r.name: r for r in check_env("tests.envs.test_adapter:_NumpyStep")}
+    assert ok["step types"].ok, ok["step types"].detail
+    nan = {r.name: r for r in check_env("tests.envs.test_adapter:_NanStep")}
+    assert not nan["step types"].ok and "reward must be a finite number" in nan["step types"].detail
+
+
+class _Shifted(gym.Env):
+    """Discrete(3, start=-1): actions -1, 0 and 1."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Discrete(1)
+        self.action_space = gym.spaces.Discrete(3, start=-1)
+        self.taken = []
+
+    def reset(self, *, seed=None, options=None):
+        return 0, {}
+
+    def step(self, action):
+        assert self.action_space.contains(action), action
+        self.taken.append(int(action))
+        return 0, 0.0, False, False, {}
+
+    def close(self):
+        pass
+
+
+def test_a_discrete_space_with_a_start_maps_replies_onto_its_actions():
+    env = DiscreteTextAdapter(_Shifted())
+    env.reset(seed=0)
+    for reply in ("0", "1", "2"):  # indices into the space's three actions
+        env.step(reply)
+    assert env.env.taken == [-1, 0, 1]

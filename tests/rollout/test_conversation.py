@@ -1,5 +1,10 @@
 from roll_agentic.model.chat_format import ASSISTANT, END, USER
-from roll_agentic.rollout.conversation import Conversation, MarkerChatFormat
+from roll_agentic.rollout.conversation import (
+    Conversation,
+    MarkerChatFormat,
+    TemplateChatFormat,
+    template_ids,
+)
 
 
 def test_mask_covers_exactly_the_generated_tokens_over_three_turns(tokenizer):
@@ -39,3 +44,31 @@ def test_token_ids_are_never_retokenised(tokenizer):
     assert tokenizer.encode(tokenizer.decode(odd_reply), add_special_tokens=False) != odd_reply
     assert conv.token_ids[0] == tokenizer.convert_tokens_to_ids(USER)
     assert conv.token_ids[-1] == tokenizer.convert_tokens_to_ids(ASSISTANT)
+
+
+QWEN_LIKE_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}{{ eos_token }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_template_turns_are_the_templates_own_ids(tokenizer):
+    """A chat-template model's conversation, built turn by turn from token ids, is what the
+    template renders for the whole conversation: ids, not keys of a BatchEncoding (transformers
+    5), with the newline the template writes after each reply's end token."""
+    import copy
+
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = QWEN_LIKE_TEMPLATE
+    fmt = TemplateChatFormat(tok)
+    conv = Conversation(fmt)
+    conv.add_observation("first")
+    reply = tok.encode("move left", add_special_tokens=False) + [tok.eos_token_id]
+    conv.add_reply(reply, [-0.1] * len(reply))
+    conv.add_observation("second")
+    whole = template_ids(tok, [{"role": "user", "content": "first"}, {"role": "assistant", "content": "move left"},
+                               {"role": "user", "content": "second"}], add_generation_prompt=True)
+    assert all(isinstance(i, int) for i in conv.token_ids)
+    assert tok.decode(conv.token_ids) == tok.decode(whole)
+    assert conv.token_ids == whole
+    assert [i for i, m in zip(conv.token_ids, conv.loss_mask, strict=True) if m] == reply

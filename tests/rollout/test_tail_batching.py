@@ -152,3 +152,23 @@ def test_fill_is_off_on_request_and_has_nothing_to_do_for_one_task():
         one = TailBatchingBuffer([TaskShare("a", 1.0, 2)], groups_per_step=2, eta=1.5)
         assert len(await _to_long_round(one, "a")) == 2 and one.tail["fill_prompts"] == 0
     asyncio.run(main())
+
+
+def test_a_round_whose_groups_all_fail_ends_the_run_instead_of_waiting_for_ever():
+    """A bad env or a reward service that is down fails every episode: the async buffer
+    raised, and tail batching's round waited for ever (no error, a hung run)."""
+    async def main():
+        buf = TailBatchingBuffer([TaskShare("a", 1.0, 4)], groups_per_step=2, eta=1.0)
+        for _ in range(buf.max_failed_in_a_row):
+            t = await buf.next_ticket()
+            await buf.put_many([_traj(t, i, status="env_failed") for i in range(t.group_size)])
+        assert buf.counters.groups_dropped_failed == buf.max_failed_in_a_row
+        buf.max_failing_s = 0.0  # as if they had failed for the 300 s a restart may take
+        for wait in (buf.get_batch(2, 0), buf.take_ready(0)):
+            try:
+                await asyncio.wait_for(wait, 2)
+            except RuntimeError as e:
+                assert "groups in a row failed" in str(e)
+            else:
+                raise AssertionError("no error")
+    asyncio.run(main())

@@ -1,0 +1,52 @@
+"""Ctrl-C while a step changes the weights is held until the step ends; a second one stops at once."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import torch
+
+from roll_agentic.config import Config
+from roll_agentic.train.checkpoint import save_checkpoint
+from roll_agentic.train.job import resolve_run_dir
+from roll_agentic.train.step_guard import StepGuard
+
+
+def test_one_interrupt_is_held_until_the_step_ends():
+    guard, done = StepGuard(), []
+    with pytest.raises(KeyboardInterrupt):
+        with guard.updating():
+            os.kill(os.getpid(), signal.SIGINT)
+            done.append("rest of the step")
+    assert done == ["rest of the step"] and not guard.torn
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+def test_a_second_interrupt_stops_at_once_and_marks_the_step_torn():
+    guard, done = StepGuard(), []
+    with pytest.raises(KeyboardInterrupt):
+        with guard.updating():
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+            done.append("never")
+    assert done == [] and guard.torn
+
+
+def test_a_step_without_interrupts_passes_through():
+    guard = StepGuard()
+    with guard.updating():
+        pass
+    assert not guard.torn
+
+
+def test_a_new_run_will_not_take_over_a_run_dir_with_checkpoints(tmp_path):
+    """It would have pruned its own new checkpoints in favour of the old run's higher steps."""
+    cfg = Config(output_dir=str(tmp_path), run_name="base")
+    assert resolve_run_dir(cfg) == tmp_path / "base"  # nothing there yet
+    save_checkpoint(tmp_path / "base" / "checkpoints", 5, {"w": torch.zeros(1)}, {}, {"buffer": {}})
+    with pytest.raises(RuntimeError, match="trainer.resume=true"):
+        resolve_run_dir(cfg)
+    cfg.trainer.resume = True
+    assert resolve_run_dir(cfg) == tmp_path / "base"
