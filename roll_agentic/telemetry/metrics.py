@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 
@@ -35,7 +36,9 @@ class MetricsLog:
     def truncate_after(self, step: int) -> None:
         """On resume: forget steps after the checkpoint (they will be redone)."""
         rows = [r for r in self.read() if r["step"] <= step]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp = self.path.with_name(self.path.name + ".tmp")  # a kill meanwhile keeps the whole history
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.replace(tmp, self.path)
 
     def close(self) -> None:
         if self.writer is not None:
