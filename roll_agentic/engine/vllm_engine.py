@@ -14,9 +14,12 @@ adds what RL needs on top:
   continue), the weights are reloaded in place, vLLM's weight-version label is
   set, and the scheduler resumes. Each output's per-token version spans tell
   whether a request straddled a sync.
-- Prefix caching stays correct across syncs: every prompt carries the weight
-  version as `cache_salt`, so a request never reuses KV blocks computed with
-  older weights (a plain cache reset is refused while requests hold blocks).
+- Prefix caching stays correct across syncs: every prompt carries the
+  identity of the weights it runs on as `cache_salt` (a count of loads, not
+  the version: the multiplexer's jobs each count versions from 0 on shared
+  engines, and job B's v3 reused the KV blocks of job A's v3), so a request
+  never reuses KV blocks computed with other weights (a plain cache reset is
+  refused while requests hold blocks).
 - `sleep()/wake()`: vLLM's sleep mode is a no-op on CPU, so here they hold
   and release admission of new requests; running ones finish. On CUDA,
   `sleep(level=1)` could additionally offload weights: not wired yet.
@@ -100,6 +103,7 @@ class VLLMEngine:
         self.cfg = cfg
         self._llm: Any = AsyncLLM.from_engine_args(args)
         self._version = 0
+        self._loads = 0  # weight loads so far: the prefix cache's salt
         self._transfer_ready = False
         self._closed = False
         self._awake = True
@@ -131,7 +135,7 @@ class VLLMEngine:
                            top_p=sampling.top_p, stop_token_ids=list(sampling.stop_token_ids),
                            ignore_eos=True, logprobs=0, detokenize=False,
                            output_kind=RequestOutputKind.DELTA, stream_interval=FIRST_AND_LAST_ONLY)
-        prompt = TokensPrompt(prompt_token_ids=list(token_ids), cache_salt=f"weights-v{version}")
+        prompt = TokensPrompt(prompt_token_ids=list(token_ids), cache_salt=f"weights-load{self._loads}")
         t0 = time.perf_counter()
         self._running[request_id] = False
         tokens: list[int] = []
@@ -184,6 +188,9 @@ class VLLMEngine:
             try:
                 # "keep": running requests freeze in place and continue after resume.
                 await self._live().pause_generation(mode="keep", clear_cache=False)
+                # A new salt before any weight changes (even a reload that fails half way):
+                # no prefix cached with earlier weights matches a later request.
+                self._loads += 1
                 try:
                     if source.startswith(TRANSFER_PREFIX):
                         await self._transfer_update(source[len(TRANSFER_PREFIX):])

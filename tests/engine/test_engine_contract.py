@@ -362,6 +362,27 @@ def test_logprobs_match_trainer_recompute_after_sync(h: Harness, model_dir: Path
         _restore_base(h, model_dir)
 
 
+def test_weights_loaded_under_a_version_number_seen_before_reuse_no_cached_prefix(h: Harness,
+                                                                                  model_dir: Path) -> None:
+    """The multiplexer's jobs each count versions from 0 on shared engines: job B's v3 must not
+    reuse the KV blocks job A's v3 left in the prefix cache (the salt named the version only)."""
+    prompt = [(i * 37) % 400 + 10 for i in range(200)]  # several KV blocks
+    sampling = SamplingParams(max_tokens=8, temperature=1.0)
+    paths = [_save(_perturbed_state(model_dir, seed=s), with_head=False) for s in (11, 12)]
+    try:
+        version = h.engine.weight_version() + 1
+        h.run(h.engine.load_weights(version, paths[0]))
+        h.gen(prompt, sampling)  # job A fills the cache
+        h.run(h.engine.load_weights(version, paths[1]))  # job B, same version number
+        b = h.gen(prompt, sampling)
+        job_b = _hf_model(model_dir, _perturbed_state(model_dir, seed=12))
+        assert _mean_abs_diff(b.logprobs, _recompute(job_b, prompt, b.token_ids)) < 1e-3
+    finally:
+        for path in paths:
+            shutil.rmtree(os.path.dirname(path))
+        _restore_base(h, model_dir)
+
+
 def test_requests_in_flight_survive_a_weight_sync(h: Harness, model_dir: Path) -> None:
     path = _save(_perturbed_state(model_dir, seed=7), with_head=False)
     try:
