@@ -93,7 +93,14 @@ class Multiplexer:
     # -- submission -------------------------------------------------------------------------
     def _job_config(self, cfg: Config, name: str, engines: int) -> Config:
         cfg = copy.deepcopy(cfg)
-        cfg.output_dir, cfg.run_name = str(self.run_dir / "jobs"), name
+        # A name submitted again (or a run directory used again) gets a directory of its
+        # own: in the earlier one's, the trainer found that run's checkpoint and resumed it
+        # against engines serving the initial weights.
+        jobs, run_name, n = self.run_dir / "jobs", name, 1
+        while (jobs / run_name).exists():
+            n += 1
+            run_name = f"{name}-{n}"
+        cfg.output_dir, cfg.run_name = str(jobs), run_name
         cfg.telemetry.progress = False
         # The job's engines are the pool's: one routing pool spanning the node's engines.
         cfg.pools, cfg.engine.num_engines = [], engines
@@ -106,12 +113,17 @@ class Multiplexer:
 
         if spec.name in self.records and not self.records[spec.name].state.final:
             raise ValueError(f"job {spec.name!r} is already here ({self.records[spec.name].state})")
+        if spec.name in self.tasks and not self.tasks[spec.name].done():
+            raise ValueError(f"job {spec.name!r} is still closing; submit it again in a moment")
         cfg = self._job_config(cfg, spec.name, self.m.engines_per_node)
         rec = JobRecord(spec.name, spec.slo, cfg.trainer.total_steps, str(Path(cfg.output_dir) / cfg.run_name),
                         submitted_at=self.board.now())
         self.records[spec.name] = rec
-        model_path = resolve_model_path(cfg)
-        why = admission.refusal(cfg, model_path, self.pool_model_path, self.m)
+        try:  # a job that cannot start is refused with the reason, never left "profiling"
+            model_path = resolve_model_path(cfg)
+            why = admission.refusal(cfg, model_path, self.pool_model_path, self.m)
+        except Exception as err:  # noqa: BLE001 - the job's own problem, e.g. no model at model.path
+            model_path, why = "", f"{type(err).__name__}: {err}"
         if why:
             rec.state, rec.reason, rec.finished_at = JobState.REFUSED, why, self.board.now()
             return rec.to_dict()

@@ -37,7 +37,7 @@ from roll_agentic.mux.residency import (
     tree_bytes,
 )
 from roll_agentic.train.checkpoint import latest_checkpoint, save_checkpoint
-from roll_agentic.train.trainer import PolicyTrainer, Sample
+from roll_agentic.train.trainer import PolicyTrainer, Sample, reference_model
 
 
 @dataclass
@@ -115,6 +115,10 @@ class TrainerSlot:
         spec, tr = self.jobs[job], self.trainer
         assert tr is not None
         tr.cfg, tr.algo, tr.temperature = spec.trainer, spec.algo, spec.temperature
+        if spec.algo.kl_coef > 0 and spec.ref_model is None:
+            # A job first switched in on a slot whose trainer another job built: its KL
+            # reference is built here (before, it was dropped and the KL term vanished).
+            spec.ref_model = reference_model(spec.model_path, tr.device)
         tr.ref_model = spec.ref_model
         return tr
 

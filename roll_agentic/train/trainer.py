@@ -51,6 +51,14 @@ def _pad(rows: list[list], value) -> torch.Tensor:
     return torch.tensor([r + [value] * (width - len(r)) for r in rows])
 
 
+def reference_model(model_path: str, device: torch.device | str):
+    """The frozen initial policy the KL term (algo.kl_coef > 0) is measured against."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device)
+    return model.eval().requires_grad_(False)
+
+
 class PolicyTrainer:
     def __init__(self, model_path: str, cfg: TrainerConfig, algo: AlgoConfig, temperature: float = 1.0):
         from transformers import AutoModelForCausalLM
@@ -60,10 +68,7 @@ class PolicyTrainer:
         self.device = torch.device(cfg.device)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device)
         self.model.train()
-        self.ref_model = None
-        if algo.kl_coef > 0:
-            self.ref_model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device)
-            self.ref_model.eval().requires_grad_(False)
+        self.ref_model = reference_model(model_path, self.device) if algo.kl_coef > 0 else None
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.step = 0
         self._sums = self._zero_sums()

@@ -10,7 +10,7 @@ import torch
 from roll_agentic.config import AlgoConfig, Config, TrainerConfig
 from roll_agentic.mux import admission
 from roll_agentic.mux.job_state import JobRecord, JobState, format_status
-from roll_agentic.mux.mux_config import MuxConfig, load_mux_config, parse_jobs
+from roll_agentic.mux.mux_config import JobSpec, MuxConfig, load_mux_config, parse_jobs
 from roll_agentic.mux.phase_board import PhaseBoard
 from roll_agentic.mux.residency import DeviceLayout, ResidencyError, ResidencyStore, copy_out
 from roll_agentic.mux.summary import build_summary
@@ -189,3 +189,50 @@ def test_trainer_slot_swaps_jobs_warm_from_host_and_cold_from_disk(tiny_model_pa
     assert slot.trainer.step == 1
     slot.release("a")
     assert not slot.store.is_resident("a")
+
+
+def test_a_kl_job_switched_in_cold_on_another_jobs_trainer_keeps_its_reference(tiny_model_path, tmp_path):
+    """Profiled on one slot, placed on a slot whose trainer another job built: the KL
+    reference was dropped there and the KL term silently vanished."""
+    from roll_agentic.mux.trainer_slot import TrainerSlot
+
+    probe, shared = TrainerSlot("train0", budget_bytes=1 << 30), TrainerSlot("train1", budget_bytes=1 << 30)
+    kl = AlgoConfig(alpha=0, kl_coef=0.1)
+    probe.register("a", tiny_model_path, TrainerConfig(), kl, 1.0, str(tmp_path / "a"))
+    assert probe.switch_in("a").kind == "fresh" and probe.trainer.ref_model is not None
+    probe.train("a", random_samples(0))  # its weights now differ from the reference
+    probe.park("a", 1, {"buffer": {}}, keep=1)
+    shared.register("b", tiny_model_path, TrainerConfig(), AlgoConfig(alpha=0), 1.0, str(tmp_path / "b"))
+    assert shared.switch_in("b").kind == "fresh" and shared.trainer.ref_model is None
+    shared.register("a", tiny_model_path, TrainerConfig(), kl, 1.0, str(tmp_path / "a"))
+    assert shared.switch_in("a").kind == "cold"
+    assert shared.trainer.ref_model is not None and shared.trainer.algo.kl_coef == 0.1
+    assert shared.train("a", random_samples(1))["train/kl"] > 0
+    shared.switch_in("b")
+    assert shared.trainer.ref_model is None  # b trains without one
+
+
+def test_a_job_that_cannot_start_is_refused_with_its_reason_not_left_profiling(tmp_path, tiny_model_path):
+    """A missing model.path raised out of submit and left the record "profiling" for good
+    (mux status showed it, cancel said "not running", a fixed resubmission was refused)."""
+    from roll_agentic.mux.multiplexer import Multiplexer
+
+    mux = Multiplexer(MuxConfig(residency_budget_bytes=1 << 30), str(tmp_path), tiny_model_path)
+    cfg = _job_cfg()
+    cfg.model.path = str(tmp_path / "no-such-model")
+    rec = asyncio.run(mux.submit(cfg, JobSpec("bad", 1.5)))
+    assert rec["state"] == "refused" and "no-such-model" in rec["reason"]
+    assert not mux._started  # refusals bring up no pools
+    again = asyncio.run(mux.submit(_job_cfg(alpha=1), JobSpec("bad", 1.5)))  # the name is free again
+    assert again["state"] == "refused" and "algo.alpha" in again["reason"]
+
+
+def test_a_name_submitted_again_runs_in_a_directory_of_its_own(tmp_path, tiny_model_path):
+    """In the first run's directory the trainer resumed that run's checkpoint against fresh engines."""
+    from roll_agentic.mux.multiplexer import Multiplexer
+
+    mux = Multiplexer(MuxConfig(residency_budget_bytes=1 << 30), str(tmp_path), tiny_model_path)
+    first = mux._job_config(_job_cfg(), "a", 1)
+    assert first.run_name == "a"
+    (tmp_path / "jobs" / "a" / "checkpoints").mkdir(parents=True)
+    assert mux._job_config(_job_cfg(), "a", 1).run_name == "a-2"
