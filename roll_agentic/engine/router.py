@@ -93,13 +93,30 @@ class RoutingTable:
             self.context[traj_id] = max(self.context.get(traj_id, 0), prompt_tokens)
             return index
         chosen = self._pick(task, self.choose_pool(task, traj_id, prompt_tokens))
+        self._record(task, traj_id, prompt_tokens, chosen)
+        return chosen.index
+
+    def told(self, task: str, traj_id: str, prompt_tokens: int, index: int) -> None:
+        """An assignment a worker made itself (it has one engine): counted, never re-decided.
+
+        Re-deciding it counted a fallback for every note while that engine was
+        marked dead, though the request went to the only engine there is.
+        """
+        held = self.sticky.get(traj_id)
+        if held == index:
+            self.context[traj_id] = max(self.context.get(traj_id, 0), prompt_tokens)
+            return
+        if held is not None:
+            self.release(traj_id)
+        self._record(task, traj_id, prompt_tokens, self.engines[index])
+
+    def _record(self, task: str, traj_id: str, prompt_tokens: int, chosen: EngineSlot) -> None:
         chosen.active += 1
         chosen.assigned_total += 1
         self.sticky[traj_id] = chosen.index
         self.context[traj_id] = prompt_tokens
         by_pool = self.routed.setdefault(task, {})
         by_pool[chosen.pool] = by_pool.get(chosen.pool, 0) + 1
-        return chosen.index
 
     def estimate(self, task: str, traj_id: str, prompt_tokens: int) -> RequestMix:
         """Prefill = the context the engine does not hold yet; decode = the task's running average."""
@@ -116,7 +133,11 @@ class RoutingTable:
         # Ties keep the task's own pool, then the default one: candidates in that order.
         hardware = self.pool_hardware()
         order = [own, self.default_pool] + sorted(p for p in hardware if p not in (own, self.default_pool))
-        candidates = {p: hardware[p] for p in order if p in hardware}
+        # Only pools that can serve now: costing a dead pool chose it, and the request then
+        # fell back to the default pool though the task's own pool was alive.
+        candidates = {p: hardware[p] for p in order if p in hardware and self._live(p)}
+        if not candidates:
+            return own  # none can serve: the fallback is taken (and counted) in _pick
         mix = self.estimate(task, traj_id, prompt_tokens)
         best, costs = self.cost_model.cheapest(candidates, mix)
         if best is None:  # no pool's class is in the cost model: nothing to compare
@@ -223,10 +244,7 @@ class Router:
             if note[0] == "release":
                 self.table.release(note[1])
                 continue
-            try:
-                self.table.assign(*note[1:])
-            except RuntimeError:  # the engine is marked dead: its requests will fail and say so
-                pass
+            self.table.told(*note[1:])
 
     def mark_dead(self, index: int) -> None:
         self.table.mark_dead(index)

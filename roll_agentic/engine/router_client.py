@@ -43,13 +43,13 @@ class CoalescingRouterClient:
         self.only_engine = only_engine  # the one engine there is: assignments are only told
         self._pending: list[tuple[tuple[str, str, int], asyncio.Future]] = []
         self._assigning = False
-        self._notes: list[tuple] = []  # ("assign", task, traj_id, tokens) | ("release", traj_id), in order
+        self._notes: list[tuple] = []  # ("assign", task, traj_id, tokens, engine) | ("release", traj_id), in order
         self._noting = False
         self.calls = 0  # actor calls made for assignments (for tests and stats)
 
     async def assign(self, task: str, traj_id: str, prompt_tokens: int = 0) -> int:
         if self.only_engine is not None:
-            self._note(("assign", task, traj_id, prompt_tokens))
+            self._note(("assign", task, traj_id, prompt_tokens, self.only_engine))
             return self.only_engine
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._pending.append(((task, traj_id, prompt_tokens), fut))

@@ -95,6 +95,7 @@ class JobRunner:
         self._groups: list = []
         self._log = None
         self._probing = False  # the probe holds both pools itself: its phases take no permits
+        self._closed = False
 
     # -- set-up ----------------------------------------------------------------------------
     async def setup(self, model_path: str, train_node: str, rollout_nodes: list[str]) -> None:
@@ -105,7 +106,11 @@ class JobRunner:
         self.model_path = model_path
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.json").write_text(_json(asdict(cfg)))
-        self.reward_service, self.reward_endpoint = await asyncio.to_thread(start_rewards, cfg, self.run_dir)
+        # A cancel interrupts the await, not the thread: the thread's result is still kept
+        # (shielded), so that close() stops the emulator it started.
+        started = asyncio.ensure_future(asyncio.to_thread(start_rewards, cfg, self.run_dir))
+        started.add_done_callback(self._keep_reward_service)
+        self.reward_service, self.reward_endpoint = await asyncio.shield(started)
         self.router = ray.remote(num_cpus=0)(Router).remote(**router_kwargs(cfg))
         self.buffer = self._new_buffer()
         self._log = MetricsLog(self.run_dir, cfg.telemetry.tensorboard)
@@ -115,6 +120,17 @@ class JobRunner:
         await pin_actors([self.router, self.buffer, *self.workers], self.rollout_cpus)
         # Workers ready before the probe: their start-up is not a rollout phase.
         await self._worker_stats()
+
+    def _keep_reward_service(self, started: asyncio.Future) -> None:
+        if started.cancelled() or started.exception() is not None:
+            return
+        service, _endpoint = started.result()
+        if service is None:
+            return
+        if self._closed:  # the job closed while it was starting: nobody else will stop it
+            asyncio.get_running_loop().run_in_executor(None, service.stop)
+        else:
+            self.reward_service = service
 
     def _initial_weights(self) -> str:
         path = Path(self.model_path) / "model.safetensors"
@@ -361,6 +377,7 @@ class JobRunner:
     async def close(self) -> None:
         from roll_agentic.telemetry.plots import reward_curve
 
+        self._closed = True
         self._kill_workers()
         for actor in ("buffer", "router"):
             with contextlib.suppress(Exception):

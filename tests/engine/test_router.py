@@ -124,3 +124,17 @@ def test_router_is_built_from_the_config():
     assert router.snapshot()["policy"] == "phase_aware"
     with pytest.raises(ValueError, match="router policy"):
         RoutingTable([], {}, policy="random")
+
+
+def test_phase_aware_costs_only_pools_that_can_serve():
+    """The cheapest pool dead: before, it was still chosen, and the request fell back to the
+    default pool though the task's own pool was alive (a fallback counted, a decision misnamed)."""
+    a10 = HardwareClass(prefill_tokens_per_s=3000, decode_tokens_per_s=300, price_per_hour=3.0)
+    engines = [EngineSlot(0, "default", "A10"), EngineSlot(1, "fast", "H800"), EngineSlot(2, "mid", "H20")]
+    t = RoutingTable(engines, {"lake": "mid"}, policy="phase_aware",
+                     cost_model=CostModel({"H800": H800, "H20": H20, "A10": a10}), decode_prior={"lake": 4})
+    assert t.engines[t.assign("lake", "a", prompt_tokens=6000)].pool == "fast"  # prefill-heavy: H800
+    t.mark_dead(1)
+    chosen = t.assign("lake", "b", prompt_tokens=6000)
+    assert t.engines[chosen].pool == "mid" and t.decisions["lake"]["pool"] == "mid"
+    assert t.fallbacks == 0

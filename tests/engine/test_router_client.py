@@ -107,10 +107,13 @@ def test_with_one_engine_assignments_need_no_round_trip_and_the_router_still_cou
 
 def test_a_release_told_in_the_same_batch_as_its_assignment_comes_after_it():
     router = Router([("default", "cpu")], {"t": "default"})
-    router.notify_many([("assign", "t", "e0", 3), ("release", "e0")])
+    router.notify_many([("assign", "t", "e0", 3, 0), ("release", "e0")])
     assert router.table.engines[0].active == 0 and "e0" not in router.table.sticky
     router.mark_dead(0)
-    router.notify_many([("assign", "t", "e1", 3)])  # no live engine: nothing to count, nothing raised
+    # The worker's one engine, marked dead meanwhile: the request went there all the same, so
+    # it is counted as routed there and no fallback is invented (five were, before).
+    router.notify_many([("assign", "t", f"e{k}", 3, 0) for k in range(1, 6)])
+    assert router.table.fallbacks == 0 and router.table.routed["t"] == {"default": 6}
 
 
 def test_notes_of_episodes_ending_a_few_at_a_time_share_calls():
