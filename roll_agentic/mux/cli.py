@@ -17,12 +17,10 @@ Output: <output_dir>/<name>-<time>/ with mux_summary.json, mux_gantt.png and job
 
 
 def _load_jobs(path: str):
-    import yaml
-
-    from roll_agentic.mux.mux_config import parse_jobs
+    from roll_agentic.mux.mux_config import parse_jobs, read_yaml
     from roll_agentic.mux.session import compose_job
 
-    specs = parse_jobs(yaml.safe_load(Path(path).read_text()) or {}, where=path)
+    specs = parse_jobs(read_yaml(path) or {}, where=f"{path}: job")
     return [(s, compose_job(s)) for s in specs]
 
 
@@ -67,19 +65,27 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     except (ConfigError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    failed = 0
     for spec, cfg in jobs:
-        rec = ray.get(mux.submit.remote(cfg, spec))
+        try:
+            rec = ray.get(mux.submit.remote(cfg, spec))
+        except ray.exceptions.RayTaskError as err:  # the multiplexer refused it: say why, in one line
+            cause = err.cause if isinstance(getattr(err, "cause", None), Exception) else err
+            print(f"{spec.name}: not submitted: {cause}", file=sys.stderr)
+            failed += 1
+            continue
         print(f"{spec.name}: {rec['state']}" + (f" ({rec['reason']})" if rec["reason"] else ""))
-    return 0
+    return 1 if failed else 0
 
 
 def _connect(args: argparse.Namespace):
     """The running multiplexer's handle, or None after saying why there is none."""
+    from roll_agentic.config import ConfigError
     from roll_agentic.mux.session import connect
 
     try:
         return connect(_address(args))
-    except FileNotFoundError as err:
+    except (ConfigError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return None
 

@@ -71,7 +71,19 @@ class MuxConfig:
     jobs: list[JobSpec] = field(default_factory=list)
 
 
-def _job(raw: dict[str, Any], where: str) -> JobSpec:
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file's content; ConfigError naming the file for a missing or malformed one."""
+    try:
+        return yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise ConfigError(f"cannot read {path}: {err.strerror or err}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {' '.join(str(err).split())}") from None
+
+
+def _job(raw: Any, where: str) -> JobSpec:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a job mapping (name, slo, overrides, ...), got {raw!r}")
     unknown = set(raw) - {"name", "slo", "overrides", "config_dir", "config_name"}
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; valid: name, slo, overrides, "
@@ -79,7 +91,12 @@ def _job(raw: dict[str, Any], where: str) -> JobSpec:
     if not raw.get("name") or not re.fullmatch(r"[\w.-]+", str(raw["name"])) or str(raw["name"]) in (".", ".."):
         raise ConfigError(f"{where}.name: expected a job name of letters, digits, . _ - "
                           f"(it names the job's run directory), got {raw.get('name')!r}")
-    spec = JobSpec(str(raw["name"]), float(raw.get("slo", 1.5)), [str(o) for o in raw.get("overrides") or []],
+    slo, overrides = raw.get("slo", 1.5), raw.get("overrides") or []
+    if isinstance(slo, bool) or not isinstance(slo, int | float):
+        raise ConfigError(f"{where}.slo: expected a slowdown factor >= 1.0 (a number), got {slo!r}")
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        raise ConfigError(f"{where}.overrides: expected a list of key=value strings, got {overrides!r}")
+    spec = JobSpec(str(raw["name"]), float(slo), list(overrides),
                    str(raw.get("config_dir") or ""), str(raw.get("config_name") or "config"))
     if spec.slo < 1.0:
         raise ConfigError(f"{where}.slo: expected a slowdown factor >= 1.0, got {spec.slo}")
@@ -102,13 +119,23 @@ def parse_jobs(raw: Any, where: str = "jobs") -> list[JobSpec]:
 
 
 def load_mux_config(path: str | Path, overrides: dict[str, Any] | None = None) -> MuxConfig:
-    raw = yaml.safe_load(Path(path).read_text()) or {}
+    raw = read_yaml(path) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of mux settings (see conf/mux/two_tiny.yaml)")
     raw.update(overrides or {})
-    fields = set(MuxConfig.__dataclass_fields__)
-    unknown = set(raw) - fields
+    fields = MuxConfig.__dataclass_fields__
+    unknown = set(raw) - set(fields)
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}; valid: {', '.join(sorted(fields))}")
-    jobs = parse_jobs(raw.pop("jobs", []) or [])
+    defaults = MuxConfig()
+    for key, value in raw.items():  # each setting has its default's type (an int may stand for a float)
+        want = type(getattr(defaults, key))
+        ok = isinstance(value, want) and not (isinstance(value, bool) and want is not bool)
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            ok = True
+        if key != "jobs" and not ok:
+            raise ConfigError(f"{path}: {key}: expected {want.__name__}, got {value!r}")
+    jobs = parse_jobs(raw.pop("jobs", []) or [], where=f"{path}: jobs")
     cfg = MuxConfig(**raw, jobs=jobs)
     for key in ("rollout_nodes", "engines_per_node", "train_nodes", "residency_budget_bytes", "train_threads"):
         if int(getattr(cfg, key)) < 1:

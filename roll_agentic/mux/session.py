@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -110,6 +111,24 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
             ray.shutdown()
 
 
+def _gone(info: dict) -> str:
+    """Why the multiplexer an address file names is not there any more; "" if it may be."""
+    host, _, port = str(info.get("address", "")).rpartition(":")
+    pid = info.get("pid")
+    if host in ("127.0.0.1", "localhost") and isinstance(pid, int):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return f"its process {pid} has exited"
+        except PermissionError:
+            pass  # alive, another user's
+    try:
+        with socket.create_connection((host, int(port)), timeout=3):
+            return ""
+    except (OSError, ValueError) as err:
+        return f"nothing answers at {info.get('address')}: {err}"
+
+
 def connect(path: Path):
     """The running multiplexer named in an address file (written by `mux run`)."""
     from roll_agentic.cluster import loopback_environment
@@ -117,6 +136,10 @@ def connect(path: Path):
     if not path.exists():
         raise FileNotFoundError(f"no running multiplexer: {path} is missing (start one with `roll-agentic mux run`)")
     info = json.loads(path.read_text())
+    gone = _gone(info)
+    if gone:  # a multiplexer killed without its clean-up left the file: ray.init would retry for minutes
+        raise FileNotFoundError(f"no running multiplexer: {path} names one that is gone ({gone}); "
+                                "start one with `roll-agentic mux run`")
     loopback_environment()
     if not ray.is_initialized():
         ray.init(address=info["address"], namespace=info["namespace"], logging_level="WARNING",

@@ -236,3 +236,38 @@ def test_a_name_submitted_again_runs_in_a_directory_of_its_own(tmp_path, tiny_mo
     assert first.run_name == "a"
     (tmp_path / "jobs" / "a" / "checkpoints").mkdir(parents=True)
     assert mux._job_config(_job_cfg(), "a", 1).run_name == "a-2"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("name: [x\n", "is not valid YAML"),
+    ("- 1\n- 2\n", "expected a mapping of mux settings"),
+    ("rollout_nodes: two\n", "rollout_nodes: expected int, got 'two'"),
+    ("jobs: [roll_heavy]\n", "jobs[0]: expected a job mapping"),
+    ("jobs: [{name: a, slo: fast}]\n", "jobs[0].slo: expected a slowdown factor"),
+    ("jobs: [{name: a, overrides: algo=sync}]\n", "jobs[0].overrides: expected a list of key=value strings"),
+    ("jobs: [{name: ../a}]\n", "jobs[0].name: expected a job name"),
+])
+def test_a_bad_mux_yaml_is_one_clear_error(tmp_path, text, message):
+    """Each was a traceback (ValueError, TypeError, a yaml error) or a baffling message."""
+    from roll_agentic.config import ConfigError
+
+    p = tmp_path / "m.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_mux_config(p)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_address_file_left_by_a_killed_multiplexer_is_reported_not_retried(tmp_path):
+    """ray.init retried the dead address for minutes."""
+    import json
+    import time
+
+    from roll_agentic.mux.session import connect
+
+    path = tmp_path / "current.json"
+    path.write_text(json.dumps({"address": "127.0.0.1:1", "namespace": "n", "actor": "a", "pid": 2**22 + 1}))
+    t0 = time.monotonic()
+    with pytest.raises(FileNotFoundError, match="no running multiplexer"):
+        connect(path)
+    assert time.monotonic() - t0 < 10
