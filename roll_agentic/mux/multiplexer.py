@@ -61,6 +61,7 @@ class Multiplexer:
         self.slots: dict[str, object] = {}
         self._changed: asyncio.Condition | None = None
         self._started = False
+        self._failing: set[str] = set()  # jobs the multiplexer ends for a fault (shown failed, not cancelled)
 
     async def start(self) -> bool:
         """Builds the pools: engines per rollout node, one trainer process per training node."""
@@ -179,7 +180,10 @@ class Multiplexer:
             await runner.run(lambda finished: self._next_phases(rec.name, finished))
             rec.state = JobState.DONE
         except asyncio.CancelledError:
-            rec.state, rec.reason = JobState.CANCELLED, rec.reason or "cancelled"
+            failed = rec.name in self._failing  # ended by the multiplexer for a fault, not cancelled
+            self._failing.discard(rec.name)
+            rec.state = JobState.FAILED if failed else JobState.CANCELLED
+            rec.reason = rec.reason or "cancelled"
         except Exception as err:  # the job fails; the pools and the other jobs go on
             rec.state, rec.reason = JobState.FAILED, f"{type(err).__name__}: {err}"
         finally:
@@ -203,6 +207,7 @@ class Multiplexer:
                     await self.slots[self.phys[n]].reserve.remote(a.name, int(rec.profile["state_bytes"]))
             except Exception as err:  # that job ends (its lifecycle releases it); the waiter placing it goes on
                 rec.reason = f"residency reservation failed: {type(err).__name__}: {err}"
+                self._failing.add(a.name)
                 self.tasks[a.name].cancel()
         if admitted:
             self._changed.notify_all()
