@@ -32,7 +32,11 @@ RESULT_LINGER_S = 0.01
 
 
 class EngineRequestError(RuntimeError):
-    """The engine answered this request with an error (the others in its batch may be fine)."""
+    """This request got no result from the engine."""
+
+
+class EngineRefusedRequest(EngineRequestError):
+    """The engine, alive, answered this request with an error (the others in its batch may be fine)."""
 
 
 class BatchingEngineClient:
@@ -89,7 +93,7 @@ class BatchingEngineClient:
                     if fut is None or fut.done():  # its episode was cancelled meanwhile
                         continue
                     if error:
-                        fut.set_exception(EngineRequestError(f"engine request {request_id} failed: {error}"))
+                        fut.set_exception(EngineRefusedRequest(f"engine request {request_id} failed: {error}"))
                     else:
                         fut.set_result(result)
         except Exception as err:  # noqa: BLE001 - the actor died or restarted mid-stream

@@ -21,7 +21,7 @@ from roll_agentic import faults
 from roll_agentic.cluster import freeze_startup_heap
 from roll_agentic.config import RewardConfig, TaskConfig
 from roll_agentic.elastic_executor import ElasticExecutor
-from roll_agentic.engine.engine_client import BatchingEngineClient
+from roll_agentic.engine.engine_client import BatchingEngineClient, EngineRefusedRequest
 from roll_agentic.engine.protocol import SamplingParams
 from roll_agentic.engine.router_client import CoalescingRouterClient
 from roll_agentic.rollout.conversation import Conversation, chat_format_for
@@ -300,7 +300,9 @@ class RolloutWorker:
             healthy = True
             return traj
         except Exception as err:
-            if assigned and not isinstance(err, (Stale, EnvFailure)):
+            # An engine that answered (with an error for this request) is alive: marking it
+            # dead cost every trajectory on it its stickiness until the watcher revived it.
+            if assigned and not isinstance(err, (Stale, EnvFailure, EngineRefusedRequest)):
                 await self.router.mark_dead.remote(assigned[0])
                 self._watch_engine(assigned[0])
             healthy = isinstance(err, Stale)

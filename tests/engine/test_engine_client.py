@@ -12,7 +12,11 @@ import ray
 
 from roll_agentic.cluster import init_ray
 from roll_agentic.config import EngineConfig, RayConfig
-from roll_agentic.engine.engine_client import BatchingEngineClient, EngineRequestError
+from roll_agentic.engine.engine_client import (
+    BatchingEngineClient,
+    EngineRefusedRequest,
+    EngineRequestError,
+)
 from roll_agentic.engine.host import engine_actor_class
 from roll_agentic.engine.protocol import GenerationResult, SamplingParams
 from tests.rollout.local_handle import LocalHandle
@@ -70,7 +74,7 @@ def test_one_bad_request_fails_alone(engine):
 
     *good, bad = asyncio.run(main())
     assert all(isinstance(r, GenerationResult) and len(r.token_ids) == 2 for r in good)
-    assert isinstance(bad, EngineRequestError) and "out-of-vocab" in str(bad)
+    assert isinstance(bad, EngineRefusedRequest) and isinstance(bad, EngineRequestError) and "out-of-vocab" in str(bad)
 
 
 def test_a_dead_engine_fails_every_request_it_held(tiny_model_path):
