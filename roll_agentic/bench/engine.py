@@ -24,6 +24,8 @@ import time
 
 import ray
 
+from roll_agentic.bench.arg_types import at_least
+
 
 def run(backend: str, episodes: int, max_tokens: int, group_size: int, workers: int, repeats: int) -> dict:
     from transformers import AutoTokenizer
@@ -106,16 +108,19 @@ def run(backend: str, episodes: int, max_tokens: int, group_size: int, workers: 
 def _main(args) -> int:
     from roll_agentic.bench.cli import report
 
+    if args.episodes < args.group_size or args.episodes % args.group_size:
+        raise SystemExit(f"bench engine: --episodes must be a multiple of --group-size ({args.group_size}), "
+                         f"got {args.episodes}")
     return report(run(args.backend, args.episodes, args.max_tokens, args.group_size, args.workers, args.repeats), args.json)
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("engine", help="framework rollout path vs the same engine driven directly")
     p.add_argument("--backend", default="auto", help="auto | vllm | hf")
-    p.add_argument("--episodes", type=int, default=128, help="single-turn episodes per measurement")
-    p.add_argument("--max-tokens", type=int, default=128, help="tokens generated per episode")
-    p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--workers", type=int, default=2, help="rollout worker actors")
-    p.add_argument("--repeats", type=int, default=8, help="alternating measurements of each side")
+    p.add_argument("--episodes", type=at_least(1), default=128, help="single-turn episodes per measurement")
+    p.add_argument("--max-tokens", type=at_least(1), default=128, help="tokens generated per episode")
+    p.add_argument("--group-size", type=at_least(1), default=8)
+    p.add_argument("--workers", type=at_least(1), default=2, help="rollout worker actors")
+    p.add_argument("--repeats", type=at_least(1), default=8, help="alternating measurements of each side")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=_main)

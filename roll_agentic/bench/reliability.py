@@ -38,6 +38,7 @@ from collections import Counter
 from pathlib import Path
 
 from roll_agentic import faults
+from roll_agentic.bench.arg_types import at_least
 from roll_agentic.bench.cli import print_result
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -304,6 +305,11 @@ def run_bench(workdir: Path, steps: int = 3, ckpt_rounds: int = 8, load_trajecto
 
 def _run(args: argparse.Namespace) -> int:
     log = (lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
+    from roll_agentic.bench.reliability_load import GROUP
+
+    if args.load_trajectories % GROUP:  # checked before minutes of fault runs, not after them
+        raise SystemExit(f"bench reliability: --load-trajectories must be a multiple of {GROUP}, "
+                         f"got {args.load_trajectories}")
     with tempfile.TemporaryDirectory(prefix="roll-agentic-reliability-") as tmp:
         out = run_bench(Path(args.workdir or tmp), args.steps, args.ckpt_rounds, args.load_trajectories,
                         args.load_rounds, args.seed, log)
@@ -317,12 +323,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Adds the `reliability` benchmark to the `bench` command's subparsers."""
     p = subparsers.add_parser("reliability", help="faults injected into real runs; kill mid-checkpoint; load",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=3, help="training steps of each fault run")
-    p.add_argument("--ckpt-rounds", dest="ckpt_rounds", type=int, default=8, help="trainer kills")
-    p.add_argument("--load-trajectories", dest="load_trajectories", type=int, default=1000,
+    p.add_argument("--steps", type=at_least(1), default=3, help="training steps of each fault run")
+    p.add_argument("--ckpt-rounds", dest="ckpt_rounds", type=at_least(1), default=8, help="trainer kills")
+    p.add_argument("--load-trajectories", dest="load_trajectories", type=at_least(1), default=1000,
                    help="trajectories in flight at once in the load test (a multiple of 8)")
-    p.add_argument("--load-rounds", dest="load_rounds", type=int, default=3)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--load-rounds", dest="load_rounds", type=at_least(1), default=3)
+    p.add_argument("--seed", type=at_least(0), default=0)
     p.add_argument("--workdir", default="", help="keep run folders here (default: a temp dir)")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=_run)

@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from roll_agentic.bench.arg_types import at_least, non_negative, positive
 from roll_agentic.bench.cli import print_result, standalone_main
 from roll_agentic.config import EngineConfig, RewardConfig, TaskConfig
 from roll_agentic.engine.protocol import SamplingParams
@@ -225,8 +226,13 @@ def run_bench(cfg: RolloutBenchConfig, log=lambda *_: None) -> dict:
 
 def _run(args: argparse.Namespace) -> int:
     fields = {k: getattr(args, k) for k in asdict(RolloutBenchConfig()) if hasattr(args, k)}
-    out = run_bench(RolloutBenchConfig(**fields),
-                    log=(lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr)))
+    cfg = RolloutBenchConfig(**fields)
+    if cfg.episodes < cfg.group_size or cfg.episodes % cfg.group_size or cfg.concurrency % cfg.group_size:
+        raise SystemExit(f"bench rollout: --episodes and --concurrency must be multiples of --group-size "
+                         f"({cfg.group_size}), got {cfg.episodes} and {cfg.concurrency}")
+    if cfg.min_turns > cfg.max_turns:
+        raise SystemExit(f"bench rollout: --min-turns {cfg.min_turns} is above --max-turns {cfg.max_turns}")
+    out = run_bench(cfg, log=(lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr)))
     out = print_result(out)
     return 0 if out["sync"]["failures"] == 0 and out["async"]["failures"] == 0 else 1
 
@@ -236,20 +242,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("rollout", help="trajectory-level async rollout vs batch-synchronous, same engine",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     d = RolloutBenchConfig()
-    p.add_argument("--episodes", type=int, default=d.episodes, help="trajectories per mode")
-    p.add_argument("--concurrency", type=int, default=d.concurrency, help="episodes in flight / sync batch size")
-    p.add_argument("--group-size", dest="group_size", type=int, default=d.group_size, help="episodes per seed")
+    p.add_argument("--episodes", type=at_least(1), default=d.episodes, help="trajectories per mode")
+    p.add_argument("--concurrency", type=at_least(1), default=d.concurrency, help="episodes in flight / sync batch size")
+    p.add_argument("--group-size", dest="group_size", type=at_least(1), default=d.group_size, help="episodes per seed")
     p.add_argument("--backend", default=d.backend, choices=["hf", "vllm", "auto"], help="rollout engine")
-    p.add_argument("--engines", type=int, default=d.engines, help="engines shared by both modes")
-    p.add_argument("--min-turns", dest="min_turns", type=int, default=d.min_turns)
-    p.add_argument("--max-turns", dest="max_turns", type=int, default=d.max_turns)
+    p.add_argument("--engines", type=at_least(1), default=d.engines, help="engines shared by both modes")
+    p.add_argument("--min-turns", dest="min_turns", type=at_least(1), default=d.min_turns)
+    p.add_argument("--max-turns", dest="max_turns", type=at_least(1), default=d.max_turns)
     p.add_argument("--distribution", default=d.distribution, choices=["lognormal", "pareto"])
-    p.add_argument("--latency-median-s", dest="latency_median_s", type=float, default=d.latency_median_s)
-    p.add_argument("--latency-sigma", dest="latency_sigma", type=float, default=d.latency_sigma,
+    p.add_argument("--latency-median-s", dest="latency_median_s", type=positive, default=d.latency_median_s)
+    p.add_argument("--latency-sigma", dest="latency_sigma", type=non_negative, default=d.latency_sigma,
                    help="lognormal sigma (the tail's weight)")
-    p.add_argument("--latency-cap-s", dest="latency_cap_s", type=float, default=d.latency_cap_s)
-    p.add_argument("--max-new-tokens", dest="max_new_tokens", type=int, default=d.max_new_tokens)
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--latency-cap-s", dest="latency_cap_s", type=positive, default=d.latency_cap_s)
+    p.add_argument("--max-new-tokens", dest="max_new_tokens", type=at_least(1), default=d.max_new_tokens)
+    p.add_argument("--seed", type=at_least(0), default=d.seed)
     p.add_argument("--model-path", dest="model_path", default="", help="local HF checkpoint (default: tiny model)")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=_run)

@@ -33,6 +33,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from roll_agentic.bench.arg_types import at_least, non_negative, positive
 from roll_agentic.bench.cli import print_result, standalone_main
 from roll_agentic.config import RewardConfig
 
@@ -194,6 +195,9 @@ def run_bench(cfg: BenchConfig, log=print) -> dict:
 def _run(args: argparse.Namespace) -> int:
     fields = {k: getattr(args, k) for k in asdict(BenchConfig()) if hasattr(args, k)}
     cfg = BenchConfig(**fields)
+    if cfg.min_reward_ms > cfg.max_reward_ms:
+        raise SystemExit(f"bench serverless: --min-reward-ms {cfg.min_reward_ms:g} is above --max-reward-ms "
+                         f"{cfg.max_reward_ms:g}")
     out = run_bench(cfg, log=(lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr)))
     out = print_result(out)
     return 0 if out["reward_failures"] == 0 and out["rewards_match"] else 1
@@ -204,15 +208,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("serverless", help="emulator latency and reward wait: per-trajectory serverless vs batch",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     d = BenchConfig()
-    p.add_argument("--trajectories", type=int, default=d.trajectories, help="trajectories per step")
-    p.add_argument("--window-s", dest="window_s", type=float, default=d.window_s, help="rollout window (s)")
-    p.add_argument("--min-reward-ms", dest="min_reward_ms", type=float, default=d.min_reward_ms, help="cheapest reward (ms of CPU)")
-    p.add_argument("--max-reward-ms", dest="max_reward_ms", type=float, default=d.max_reward_ms, help="dearest reward (ms of CPU)")
-    p.add_argument("--concurrency", type=int, default=d.concurrency, help="reward calls in flight")
-    p.add_argument("--warm-invokes", dest="warm_invokes", type=int, default=d.warm_invokes, help="invokes timed for the warm p50")
-    p.add_argument("--cold-starts", dest="cold_starts", type=int, default=d.cold_starts, help="fresh functions timed for the cold start")
-    p.add_argument("--steps", type=int, default=d.steps, help="measured steps per mode")
-    p.add_argument("--seed", type=int, default=d.seed, help="workload seed")
+    p.add_argument("--trajectories", type=at_least(1), default=d.trajectories, help="trajectories per step")
+    p.add_argument("--window-s", dest="window_s", type=positive, default=d.window_s, help="rollout window (s)")
+    p.add_argument("--min-reward-ms", dest="min_reward_ms", type=non_negative, default=d.min_reward_ms, help="cheapest reward (ms of CPU)")
+    p.add_argument("--max-reward-ms", dest="max_reward_ms", type=positive, default=d.max_reward_ms, help="dearest reward (ms of CPU)")
+    p.add_argument("--concurrency", type=at_least(1), default=d.concurrency, help="reward calls in flight")
+    p.add_argument("--warm-invokes", dest="warm_invokes", type=at_least(1), default=d.warm_invokes, help="invokes timed for the warm p50")
+    p.add_argument("--cold-starts", dest="cold_starts", type=at_least(1), default=d.cold_starts, help="fresh functions timed for the cold start")
+    p.add_argument("--steps", type=at_least(1), default=d.steps, help="measured steps per mode")
+    p.add_argument("--seed", type=at_least(0), default=d.seed, help="workload seed")
     p.add_argument("--state-dir", dest="state_dir", default="", help="emulator state dir (default: a temporary one)")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=_run)

@@ -21,6 +21,7 @@ runs where only torch and transformers are installed.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from roll_agentic.bench.arg_types import at_least
 from roll_agentic.bench.cli import print_result, standalone_main
 
 
@@ -44,6 +46,8 @@ class SwitchBenchConfig:
 
 
 def _validate(cfg: SwitchBenchConfig) -> None:
+    if re.fullmatch(r"cpu|cuda(:\d+)?", cfg.device) is None:
+        raise SystemExit(f"bench switch: --device must be cpu, cuda or cuda:N, got {cfg.device!r}")
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("bench switch: --device cuda, but torch sees no CUDA device; use --device cpu")
     if cfg.hidden < 64 or cfg.hidden % 64:
@@ -156,11 +160,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     d = SwitchBenchConfig()
     p.add_argument("--device", default=d.device, help="trainer device: cpu or cuda")
-    p.add_argument("--hidden", type=int, default=d.hidden, help="hidden size (multiple of 64)")
-    p.add_argument("--layers", type=int, default=d.layers, help="decoder layers")
-    p.add_argument("--vocab", type=int, default=d.vocab, help="vocabulary size")
-    p.add_argument("--rounds", type=int, default=d.rounds, help="rounds of two switches each (>= 2)")
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--hidden", type=at_least(1), default=d.hidden, help="hidden size (multiple of 64)")
+    p.add_argument("--layers", type=at_least(1), default=d.layers, help="decoder layers")
+    p.add_argument("--vocab", type=at_least(1), default=d.vocab, help="vocabulary size")
+    p.add_argument("--rounds", type=at_least(1), default=d.rounds, help="rounds of two switches each (>= 2)")
+    p.add_argument("--seed", type=at_least(0), default=d.seed)
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=_run)
     return p

@@ -16,6 +16,7 @@ import functools
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from roll_agentic.sim.options import RollMuxOptions
@@ -40,15 +41,28 @@ def _at_least(low: int):
     return parse
 
 
+MIN_REPLAN_H = 0.1  # re-plans cost scheduler time as 1 / HOURS: 1e-4 h ran for minutes on 5 jobs
+
+
 def _hours(text: str) -> float:
-    """An argparse type: hours, 0 (off) or more."""
+    """An argparse type: hours, 0 (off) or at least MIN_REPLAN_H."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected hours, got {text!r}") from None
-    if not value >= 0.0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be 0 (off) or a positive number of hours, got {text}")
+    if not (value == 0.0 or MIN_REPLAN_H <= value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be 0 (off) or at least {MIN_REPLAN_H} hours, got {text}")
     return value
+
+
+def _generator_flags_unused(args: argparse.Namespace) -> None:
+    """ValueError for the flags that shape a generated trace when a --trace file is given (they were dropped)."""
+    if not args.trace:
+        return
+    given = [flag for flag, on in (("--seed", args.seed != 0), ("--jobs", args.jobs != 200),
+                                   ("--arrival", getattr(args, "arrival", "poisson") != "poisson")) if on]
+    if given:
+        raise ValueError(f"{given[0]} shapes a generated trace; a --trace file has its own")
 
 
 def _slo_range(args: argparse.Namespace) -> tuple[float, float]:
@@ -123,7 +137,7 @@ def _reporting_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[arg
     def guarded(args: argparse.Namespace) -> int:
         try:
             return run(args)
-        except ValueError as err:
+        except (ValueError, OSError) as err:  # OSError: e.g. --save-trace or --plot in a missing folder
             print(f"roll-agentic sim {args.sim_command}: error: {err}", file=sys.stderr)
             return 2
 
@@ -173,6 +187,11 @@ def _compare(args: argparse.Namespace) -> int:
     slo_range = _slo_range(args)  # before a trace is read: --slo and --trace clash
     if args.seeds is not None:
         return _compare_seeds(args, slo_range)
+    if args.workers is not None:
+        raise ValueError("--workers sets how many of --seeds' traces run at once: give --seeds too")
+    _generator_flags_unused(args)
+    if args.plot:  # before minutes of simulation, not after
+        Path(args.plot).mkdir(parents=True, exist_ok=True)
     if args.trace:
         trace = Trace.load(args.trace)
     else:
@@ -286,6 +305,7 @@ def _scale(args: argparse.Namespace) -> int:
 def _repack(args: argparse.Namespace) -> int:
     from roll_agentic.sim.repack import repack_report
 
+    _generator_flags_unused(args)
     if args.trace:
         trace = Trace.load(args.trace)
     else:
@@ -340,7 +360,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         p.add_argument(
             "--jobs", type=_at_least(min_jobs), default=jobs, help=f"number of jobs (default {jobs})"
         )
-        p.add_argument("--seed", type=int, default=0, help="seed of the generated trace(s)")
+        p.add_argument("--seed", type=_at_least(0), default=0, help="seed of the generated trace(s)")
         p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
         p.add_argument(
             "--rehome",
@@ -448,7 +468,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "repack", help="online RollMux vs the running jobs re-placed from scratch, at instants"
     )
     p.add_argument("--jobs", type=_at_least(1), default=200, help="number of jobs (default 200)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the generated trace")
+    p.add_argument("--seed", type=_at_least(0), default=0, help="seed of the generated trace")
     p.add_argument("--trace", help="a trace JSON file (default: generate one from --jobs/--seed)")
     p.add_argument(
         "--snapshots", type=_at_least(1), default=6, help="instants to compare at (default 6)"

@@ -50,6 +50,11 @@ def _check(where: str, value: object, rule: tuple) -> tuple[object, str | None]:
         if isinstance(value, str) and value.strip():
             return value, None
         return None, f"{where} must be {limits[-1]}, got {value!r}"
+    if isinstance(value, str):  # YAML 1.1 reads 1e12 (no dot) as text: take the number it spells
+        try:
+            value = float(value)
+        except ValueError:
+            return None, f"{where} must be {limits[-1]} (a number), got {value!r}"
     problem = out_of_range(where, value, tuple(limits))
     if problem is None and kind is int and value != int(value):  # type: ignore[call-overload]
         problem = f"{where} must be {limits[-1]}, got {value!r}"

@@ -14,8 +14,10 @@ from roll_agentic.sim.sim_result import SimResult  # noqa: E402
 
 
 def gantt(result: SimResult, path: Path, max_nodes: int = 40, window_h: float = 12.0) -> None:
-    """Phases on the first `max_nodes` nodes over the first `window_h` hours."""
-    phases = [p for p in result.phases if p.start < window_h * 3600.0]
+    """Phases on the first `max_nodes` nodes over the first `window_h` hours of the run (from
+    its first phase: a trace whose jobs arrive at hour 100 drew no bars in hours 0-12)."""
+    t0 = min((p.start for p in result.phases), default=0.0)
+    phases = [p for p in result.phases if p.start < t0 + window_h * 3600.0]
     nodes = sorted({p.node_id for p in phases})[:max_nodes]
     row = {nid: i for i, nid in enumerate(nodes)}
     jobs = sorted({p.job_id for p in phases})

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
@@ -74,6 +76,21 @@ def _spread(values: list[float]) -> dict[str, float]:
     }
 
 
+def _exit_with_parent(parent_pid: int) -> None:
+    """A worker's watch on the command that started it: once that is gone, so is the worker.
+
+    A SIGTERM (a timeout, a job scheduler) killed the parent only, and its
+    workers slept on for ever, re-parented to init.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
 def compare_seeds(seeds: list[int], run: SeedRun, workers: int | None = None) -> dict:
     """`run` on every seed; per-seed documents and the spread of each figure over seeds.
 
@@ -88,7 +105,8 @@ def compare_seeds(seeds: list[int], run: SeedRun, workers: int | None = None) ->
     else:
         # spawn: a fresh interpreter per worker, whatever threads this one runs.
         ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_exit_with_parent,
+                                 initargs=(os.getpid(),)) as pool:
             docs = list(pool.map(run, seeds))
     policies = list(docs[0]["cost_per_hour"])
     per_seed = [

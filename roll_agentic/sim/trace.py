@@ -70,6 +70,13 @@ def typical_fractions() -> tuple[float, float]:
     return roll, sum(TRAIN_FACTOR_RANGE) / 2.0
 
 
+# What one simulated run can hold: a job's per-iteration draws are arrays of its
+# iteration count (a 1e9-hour job took 24 GB before the kernel killed it), and
+# arrivals decades out make every $/h a rounding error.
+MAX_ITERATIONS = 100_000
+MAX_ARRIVAL_H = 87_600.0  # ten years
+
+
 @dataclass(frozen=True)
 class TraceJob:
     arrival_s: float
@@ -132,34 +139,48 @@ class Trace:
                 f"trace {path}: expected an object with 'seed', 'workload' and 'jobs' "
                 "(`roll-agentic sim compare --save-trace FILE` writes one)"
             )
+        if not _whole(doc["seed"]):
+            raise ValueError(f"trace {path}: 'seed' must be a whole number >= 0, got {doc['seed']!r}")
+        if not isinstance(doc["workload"], dict):
+            raise ValueError(f"trace {path}: 'workload' must be an object, got {doc['workload']!r}")
+        if not isinstance(doc["jobs"], list) or not doc["jobs"]:
+            raise ValueError(f"trace {path}: 'jobs' must be a non-empty list of jobs, got {doc['jobs']!r}")
         wl = dict(doc["workload"])
-        for key in ("size_weights", "kind_weights", "slo_range", "tail_sigma_range"):
-            if key in wl:
-                wl[key] = tuple(wl[key])
         try:
+            for key in ("size_weights", "kind_weights", "slo_range", "tail_sigma_range"):
+                if key in wl:
+                    wl[key] = tuple(wl[key])
             workload = WorkloadSpec(**wl)
         except TypeError as err:
             raise ValueError(f"trace {path}: bad 'workload': {err}") from None
         jobs = []
         for i, j in enumerate(doc["jobs"]):
             try:
-                job = TraceJob(
-                    float(j["arrival_s"]), int(j["n_iters"]), int(j["seed"]), JobProfile(**j["profile"])
-                )
+                job = TraceJob(j["arrival_s"], j["n_iters"], j["seed"], JobProfile(**j["profile"]))
             except KeyError as err:
                 raise ValueError(f"trace {path}: job #{i} has no {err}") from None
             except (TypeError, ValueError) as err:
                 raise ValueError(f"trace {path}: job #{i}: {err}") from None
-            if not job.arrival_s >= 0 or not math.isfinite(job.arrival_s) or job.n_iters < 1:
-                raise ValueError(
-                    f"trace {path}: job #{i} needs arrival_s >= 0 and n_iters >= 1, got "
-                    f"{job.arrival_s} and {job.n_iters}"
-                )
-            jobs.append(job)
+            arrival, n_iters = job.arrival_s, job.n_iters
+            if (isinstance(arrival, bool) or not isinstance(arrival, int | float) or not math.isfinite(arrival)
+                    or not 0 <= arrival <= MAX_ARRIVAL_H * 3600.0):
+                raise ValueError(f"trace {path}: job #{i}: arrival_s must be seconds from 0 to "
+                                 f"{MAX_ARRIVAL_H * 3600.0:.0f} (ten years), got {arrival!r}")
+            if not _whole(n_iters) or not 1 <= n_iters <= MAX_ITERATIONS:
+                raise ValueError(f"trace {path}: job #{i}: n_iters must be a whole number from 1 to "
+                                 f"{MAX_ITERATIONS}, got {n_iters!r}")
+            if not _whole(job.seed):
+                raise ValueError(f"trace {path}: job #{i}: seed must be a whole number >= 0, got {job.seed!r}")
+            jobs.append(TraceJob(float(arrival), int(n_iters), int(job.seed), job.profile))
         problems = trace_problems(jobs)
         if problems:
             raise ValueError(f"trace {path}: " + listed_problems(problems))
         return cls(doc["seed"], workload, jobs)
+
+
+def _whole(value: object) -> bool:
+    """A non-negative integer in JSON: 3, not 3.5, "3" or true."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def trace_problems(jobs: list[TraceJob], spec: ClusterSpec | None = None) -> list[str]:

@@ -41,6 +41,8 @@ from roll_agentic.mux.migration import tail_hold
 from roll_agentic.mux.profile import FIELD_RANGES, JobProfile, out_of_range, profile_problems
 from roll_agentic.sim.doc_file import listed_problems
 from roll_agentic.sim.trace import (
+    MAX_ARRIVAL_H,
+    MAX_ITERATIONS,
     ROLLOUT_TP,
     Trace,
     TraceJob,
@@ -60,7 +62,7 @@ _INF = math.inf
 # Each column's range: the profile field's where it becomes one (`FIELD_RANGES`).
 _PROFILE_FIELD = {"rollout_s": "roll_s"}
 _RULES: dict[str, tuple[float, float, bool, str]] = {
-    "arrival_h": (0.0, _INF, True, "hours since the trace's start, >= 0"),
+    "arrival_h": (0.0, MAX_ARRIVAL_H, True, f"hours since the trace's start, 0 to {MAX_ARRIVAL_H:.0f} (ten years)"),
     "params_b": (0.0, _INF, False, "billions of parameters, > 0"),
     "rollout_nodes": (1.0, _INF, True, "a whole number of nodes >= 1"),
     "train_nodes": (1.0, _INF, True, "a whole number of nodes >= 1"),
@@ -136,19 +138,24 @@ def _job(v: dict[str, float], job_id: str, seed: int, wl: WorkloadSpec) -> tuple
     if problems:
         return None, problems
     n_iters = max(2, round(v["run_h"] * 3600.0 / profile.solo_iter_s))
+    if n_iters > MAX_ITERATIONS:
+        return None, [f"run_h is {n_iters} iterations of {profile.solo_iter_s:.0f} s alone; "
+                      f"at most {MAX_ITERATIONS} per job are simulated"]
     return TraceJob(v["arrival_h"] * 3600.0, int(n_iters), seed, profile), []
 
 
 def trace_from_csv(path: str | Path, seed: int = 0) -> Trace:
     """The jobs of a CSV file as a trace; ValueError listing every problem, by line."""
     try:
-        with open(path, newline="") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: Excel's "CSV UTF-8" marks its start
             reader = csv.DictReader(f)
             header = [h.strip() for h in reader.fieldnames or []]
             reader.fieldnames = header
             rows = list(reader)
     except OSError as err:
         raise ValueError(f"cannot read trace {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"trace {path} is not UTF-8 text: save it as CSV UTF-8") from None
     except csv.Error as err:
         raise ValueError(f"trace {path} is not CSV: {err}") from None
     missing = [c for c in REQUIRED if c not in header]

@@ -199,3 +199,22 @@ def test_cli_full_rollout_reaches_every_command(capsys):
             assert cli.main([*argv, "--json", *(["--full-rollout"] if full else [])]) == 0
             doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
             assert doc["rollout_shrink"] is not full, argv
+
+
+def test_the_gantt_window_starts_at_the_first_phase(tmp_path, monkeypatch):
+    """A trace whose jobs arrive at hour 100 drew empty Gantt charts (the window was hours 0-12)."""
+    from roll_agentic.sim import plots
+
+    header = "arrival_h,params_b,rollout_nodes,train_nodes,rollout_s,train_s,slo,run_h"
+    path = tmp_path / "late.csv"
+    path.write_text(f"{header}\n100,7,1,1,900,1100,1.3,48\n")
+    drawn: list[int] = []
+    real_barh = plots.plt.Axes.barh
+
+    def counting_barh(self, *args, **kwargs):
+        drawn.append(1)
+        return real_barh(self, *args, **kwargs)
+
+    monkeypatch.setattr(plots.plt.Axes, "barh", counting_barh)
+    assert cli.main(["compare", "--trace", str(path), "--plot", str(tmp_path / "p")]) == 0
+    assert len(drawn) > 0

@@ -174,6 +174,7 @@ def test_cli_replan_flag(capsys):
     assert "--replan 6 --replan-budget 100" in out
     assert cli.main(["compare", "--jobs", "12", "--replan-budget", "100"]) == 2
     assert "give --replan HOURS too" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        cli.main(["compare", "--replan", "-1"])
-    assert "positive number of hours" in capsys.readouterr().err
+    for hours in ("-1", "0.0001"):  # a tiny period ran for minutes on five jobs
+        with pytest.raises(SystemExit):
+            cli.main(["compare", "--replan", hours])
+        assert "must be 0 (off) or at least 0.1 hours" in capsys.readouterr().err

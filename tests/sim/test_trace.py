@@ -100,7 +100,7 @@ def test_a_bad_trace_file_is_refused_with_what_is_wrong(tmp_path):
     bad_profile = [*doc["jobs"][:1], {**doc["jobs"][1], "profile": {"job_id": "x"}}]
     refused(json.dumps({**doc, "jobs": bad_profile}), "job #1")
     late = [*doc["jobs"][:2], {**doc["jobs"][2], "n_iters": 0}]
-    refused(json.dumps({**doc, "jobs": late}), "job #2 needs", "n_iters >= 1")
+    refused(json.dumps({**doc, "jobs": late}), "job #2", "n_iters must be a whole number from 1")
     assert len(Trace.load(good).jobs) == 3  # the file it came from still loads
 
 

@@ -63,7 +63,7 @@ def test_every_problem_of_every_line_is_named_at_once(tmp_path):
     text = str(err.value)
     assert "7 problem(s)" in text
     for piece in (
-        "line 2 (j0000): arrival_h must be hours since the trace's start, >= 0, got '-1'",
+        "line 2 (j0000): arrival_h must be hours since the trace's start, 0 to 87600 (ten years), got '-1'",
         "line 2 (j0000): rollout_nodes must be a whole number of nodes >= 1, got '0'",
         "line 2 (j0000): rollout_s must be a number, got 'abc'",
         "line 2 (j0000): slo must be a tolerated slowdown",
@@ -86,6 +86,9 @@ def test_every_problem_of_every_line_is_named_at_once(tmp_path):
         (f"job_id,{HEADER}\na,{GOOD_ROW}\na,{GOOD_ROW}\n", "line 3 (a): job_id repeats"),
         (f"{HEADER},tail_hold\n{GOOD_ROW},1.5\n", "tail_hold must be a share of the rollout"),
         (f"{HEADER},rollout_tp\n{GOOD_ROW},16\n", "rollout_tp must be GPUs per inference engine"),
+        # one row could run the machine out of memory (a 1e9-hour job: 24 GB of per-iteration draws)
+        (f"{HEADER}\n0,7,1,1,900,1100,1.3,1e9\n", "at most 100000 per job are simulated"),
+        (f"{HEADER}\n1e20,7,1,1,900,1100,1.3,48\n", "arrival_h must be hours since the trace's start, 0 to 87600"),
     ],
 )
 def test_a_malformed_file_is_refused_with_what_to_fix(tmp_path, text, says):
@@ -103,3 +106,34 @@ def test_the_cli_reports_a_bad_csv_in_one_line(tmp_path, capsys):
     assert err.startswith("roll-agentic sim compare: error: trace") and "slo" in err and "\n" not in err
     assert cli.main(["compare", "--trace", str(tmp_path / "none.csv")]) == 2
     assert "cannot read trace" in capsys.readouterr().err
+
+
+def test_a_csv_saved_by_excel_with_a_byte_order_mark_reads(tmp_path):
+    path = tmp_path / "jobs.csv"
+    path.write_bytes(f"{HEADER}\n{GOOD_ROW}\n".encode("utf-8-sig"))
+    assert len(trace_from_csv(path).jobs) == 1
+
+
+@pytest.mark.parametrize(("doc", "says"), [
+    ({"seed": 0, "workload": None, "jobs": []}, "'workload' must be an object"),
+    ({"seed": "x", "workload": {}, "jobs": []}, "'seed' must be a whole number"),
+    ({"seed": 0, "workload": {}, "jobs": []}, "'jobs' must be a non-empty list"),
+    ({"seed": 0, "workload": {"slo_range": 5}, "jobs": [1]}, "bad 'workload'"),
+])
+def test_a_malformed_json_trace_is_one_line_not_a_traceback(tmp_path, capsys, doc, says):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    assert cli.main(["compare", "--trace", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and "\n" not in err
+
+
+def test_flags_a_trace_file_would_ignore_are_refused(tmp_path, capsys):
+    """--seed, --jobs and --arrival shape a generated trace: with --trace they were dropped silently."""
+    for flags in (["--seed", "5"], ["--jobs", "9"], ["--arrival", "philly"]):
+        assert cli.main(["compare", "--trace", str(EXAMPLE), *flags]) == 2
+        assert f"{flags[0]} shapes a generated trace" in capsys.readouterr().err
+    assert cli.main(["compare", "--jobs", "5", "--workers", "2"]) == 2
+    assert "give --seeds too" in capsys.readouterr().err
+    assert cli.main(["compare", "--jobs", "5", "--save-trace", str(tmp_path / "no" / "such" / "t.json")]) == 2
+    assert "No such file" in capsys.readouterr().err
