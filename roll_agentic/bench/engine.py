@@ -24,7 +24,7 @@ import time
 
 import ray
 
-from roll_agentic.bench.arg_types import at_least
+from roll_agentic.arg_types import at_least
 
 
 def run(backend: str, episodes: int, max_tokens: int, group_size: int, workers: int, repeats: int) -> dict:

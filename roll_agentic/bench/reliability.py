@@ -38,7 +38,7 @@ from collections import Counter
 from pathlib import Path
 
 from roll_agentic import faults
-from roll_agentic.bench.arg_types import at_least
+from roll_agentic.arg_types import at_least
 from roll_agentic.bench.cli import print_result
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from roll_agentic.bench.arg_types import at_least, non_negative, positive
+from roll_agentic.arg_types import at_least, non_negative
 from roll_agentic.bench.cli import print_result, standalone_main
 from roll_agentic.config import EngineConfig, RewardConfig, TaskConfig
 from roll_agentic.engine.protocol import SamplingParams
@@ -250,10 +250,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--min-turns", dest="min_turns", type=at_least(1), default=d.min_turns)
     p.add_argument("--max-turns", dest="max_turns", type=at_least(1), default=d.max_turns)
     p.add_argument("--distribution", default=d.distribution, choices=["lognormal", "pareto"])
-    p.add_argument("--latency-median-s", dest="latency_median_s", type=positive, default=d.latency_median_s)
+    p.add_argument("--latency-median-s", dest="latency_median_s", type=non_negative, default=d.latency_median_s)
     p.add_argument("--latency-sigma", dest="latency_sigma", type=non_negative, default=d.latency_sigma,
                    help="lognormal sigma (the tail's weight)")
-    p.add_argument("--latency-cap-s", dest="latency_cap_s", type=positive, default=d.latency_cap_s)
+    p.add_argument("--latency-cap-s", dest="latency_cap_s", type=non_negative, default=d.latency_cap_s)
     p.add_argument("--max-new-tokens", dest="max_new_tokens", type=at_least(1), default=d.max_new_tokens)
     p.add_argument("--seed", type=at_least(0), default=d.seed)
     p.add_argument("--model-path", dest="model_path", default="", help="local HF checkpoint (default: tiny model)")

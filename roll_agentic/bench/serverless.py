@@ -33,7 +33,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from roll_agentic.bench.arg_types import at_least, non_negative, positive
+from roll_agentic.arg_types import at_least, non_negative, positive
 from roll_agentic.bench.cli import print_result, standalone_main
 from roll_agentic.config import RewardConfig
 

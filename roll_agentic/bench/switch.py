@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from roll_agentic.bench.arg_types import at_least
+from roll_agentic.arg_types import at_least
 from roll_agentic.bench.cli import print_result, standalone_main
 
 

@@ -29,7 +29,7 @@ import time
 
 import ray
 
-from roll_agentic.bench.arg_types import at_least, non_negative, positive
+from roll_agentic.arg_types import at_least, non_negative, positive
 
 
 def _rollout_steps(buffer_cls, buffer_args, task, model_path, engine, steps: int, workers: int,
@@ -177,7 +177,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--prompt-sigma", type=non_negative, default=1.0, help="log-normal spread of episode length per prompt")
     p.add_argument("--response-sigma", type=non_negative, default=1.8,
                    help="log-normal spread of episode length between responses of one prompt")
-    p.add_argument("--env-step-s", type=positive, default=0.1,
+    p.add_argument("--env-step-s", type=non_negative, default=0.1,
                    help="wall time of each env step (a tool call that waits, not computes)")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=_main)

@@ -19,26 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from roll_agentic.arg_types import at_least
 from roll_agentic.sim.options import RollMuxOptions
 from roll_agentic.sim.trace import Trace, WorkloadSpec, generate_trace
 
 if TYPE_CHECKING:
     from roll_agentic.mux.profile import ClusterSpec
-
-
-def _at_least(low: int):
-    """An argparse type: an integer no smaller than `low`, or a one-line error naming the flag."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
-        return value
-
-    return parse
 
 
 MIN_REPLAN_H = 0.1  # re-plans cost scheduler time as 1 / HOURS: 1e-4 h ran for minutes on 5 jobs
@@ -91,7 +77,7 @@ def _replan_option(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--replan-budget",
-        type=_at_least(0),
+        type=at_least(0),
         default=0,
         metavar="N",
         help="with --replan: placements each re-plan's search may try (100: the search's ten "
@@ -358,9 +344,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
     def common(p: argparse.ArgumentParser, jobs: int, min_jobs: int = 1) -> None:
         p.add_argument(
-            "--jobs", type=_at_least(min_jobs), default=jobs, help=f"number of jobs (default {jobs})"
+            "--jobs", type=at_least(min_jobs), default=jobs, help=f"number of jobs (default {jobs})"
         )
-        p.add_argument("--seed", type=_at_least(0), default=0, help="seed of the generated trace(s)")
+        p.add_argument("--seed", type=at_least(0), default=0, help="seed of the generated trace(s)")
         p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
         p.add_argument(
             "--rehome",
@@ -383,7 +369,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         )
         p.add_argument(
             "--scale-train",
-            type=_at_least(0),
+            type=at_least(0),
             default=0,
             metavar="N",
             help="let a joining job train on up to N training nodes beyond its own, opened for "
@@ -433,7 +419,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.add_argument(
         "--workers",
-        type=_at_least(1),
+        type=at_least(1),
         default=None,
         help="with --seeds: traces simulated at once, one process each (default: the CPU count)",
     )
@@ -442,11 +428,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p = sub.add_parser("optimality", help="RollMux vs brute-force optimum on small instances")
     common(p, 8, min_jobs=3)  # instances draw 3 to --jobs jobs
     p.add_argument(
-        "--instances", type=_at_least(1), default=20, help="number of random instances"
+        "--instances", type=at_least(1), default=20, help="number of random instances"
     )
     p.add_argument(
         "--budget",
-        type=_at_least(1),
+        type=at_least(1),
         default=10_000,
         help="placements the search may try per instance (each one a memoised round-robin "
         "run); past it the optimum is the best found (reported as search_complete=false)",
@@ -467,11 +453,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p = sub.add_parser(
         "repack", help="online RollMux vs the running jobs re-placed from scratch, at instants"
     )
-    p.add_argument("--jobs", type=_at_least(1), default=200, help="number of jobs (default 200)")
-    p.add_argument("--seed", type=_at_least(0), default=0, help="seed of the generated trace")
+    p.add_argument("--jobs", type=at_least(1), default=200, help="number of jobs (default 200)")
+    p.add_argument("--seed", type=at_least(0), default=0, help="seed of the generated trace")
     p.add_argument("--trace", help="a trace JSON file (default: generate one from --jobs/--seed)")
     p.add_argument(
-        "--snapshots", type=_at_least(1), default=6, help="instants to compare at (default 6)"
+        "--snapshots", type=at_least(1), default=6, help="instants to compare at (default 6)"
     )
     p.add_argument("--no-migration", action="store_true", help="turn off long-tail migration")
     p.add_argument(

@@ -1,4 +1,4 @@
-"""Argument types for the benchmarks' flags: a bad value is one line naming the flag.
+"""Argument types for command-line flags (`sim`, `bench`): a bad value is one line naming the flag.
 
 Before, `--workers 0` hung, `--repeats 0` and `--steps 0` failed after the
 whole measurement on an empty median, and `--window-s -1` printed a "fraction"
@@ -27,23 +27,21 @@ def at_least(low: int) -> Callable[[str], int]:
     return parse
 
 
-def positive(text: str) -> float:
-    """A finite number above 0."""
+def _number(text: str, ok: Callable[[float], bool], rule: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a number above 0, got {text}")
+    if not (math.isfinite(value) and ok(value)):
+        raise argparse.ArgumentTypeError(f"must be {rule}, got {text}")
     return value
+
+
+def positive(text: str) -> float:
+    """A finite number above 0."""
+    return _number(text, lambda v: v > 0, "a number above 0")
 
 
 def non_negative(text: str) -> float:
     """A finite number, 0 or more."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (value >= 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
-    return value
+    return _number(text, lambda v: v >= 0, "a number >= 0")
