@@ -147,6 +147,15 @@ def _int_param(body: dict, key: str, default: int, lo: int, hi: int) -> int:
     return value
 
 
+HANDLER_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+$")  # dotted Python names: no paths
+
+
+def _handler(handler: object) -> str:
+    if not isinstance(handler, str) or not HANDLER_RE.match(handler):
+        raise errors.invalid_parameter(f"Handler must be `module.function`, e.g. `app.handler`, got {handler!r}")
+    return handler
+
+
 def _environment(body: dict) -> dict[str, str]:
     environment = body.get("Environment") or {}
     env = environment.get("Variables") or {} if isinstance(environment, dict) else None
@@ -226,9 +235,11 @@ class FunctionStore:
             raise errors.invalid_parameter(f"FunctionName must match [a-zA-Z0-9_-]{{1,64}}, got {name!r}")
         if name in self.functions:
             raise errors.conflict(f"Function already exist: {name}")
-        handler = body.get("Handler")
-        if not isinstance(handler, str) or not handler.strip() or " " in handler:
-            raise errors.invalid_parameter("Handler must be `module.function`, e.g. `app.handler`")
+        handler = _handler(body.get("Handler"))
+        runtime = body.get("Runtime") or "python3.11"
+        if not isinstance(runtime, str) or not runtime.startswith("python3"):
+            raise errors.invalid_parameter(
+                f"Runtime {runtime!r}: this emulator runs Python functions only (python3.x)")
         code = body.get("Code") or {}
         if not isinstance(code, dict) or "ZipFile" not in code:
             raise errors.invalid_parameter("Code.ZipFile is required: this emulator takes zip uploads only")
@@ -236,7 +247,7 @@ class FunctionStore:
         rec = FunctionRecord(
             name=name,
             handler=handler,
-            runtime=str(body.get("Runtime") or "python3.11"),
+            runtime=runtime,
             role=str(body.get("Role") or ""),
             description=str(body.get("Description") or ""),
             timeout_s=_int_param(body, "Timeout", DEFAULT_TIMEOUT_S, 1, 900),
@@ -266,10 +277,7 @@ class FunctionStore:
     def update_configuration(self, rec: FunctionRecord, body: dict) -> FunctionRecord:
         """UpdateFunctionConfiguration: handler, timeout, memory, environment, description."""
         if "Handler" in body:
-            handler = body["Handler"]
-            if not isinstance(handler, str) or not handler.strip() or " " in handler:
-                raise errors.invalid_parameter("Handler must be `module.function`, e.g. `app.handler`")
-            rec.handler = handler
+            rec.handler = _handler(body["Handler"])
         if "Timeout" in body:
             rec.timeout_s = _int_param(body, "Timeout", rec.timeout_s, 1, 900)
         if "MemorySize" in body:
