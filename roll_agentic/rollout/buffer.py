@@ -24,7 +24,7 @@ import asyncio
 import random
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from roll_agentic.rollout.trajectory import Ticket, Trajectory
 
@@ -270,7 +270,7 @@ class TrajectoryBuffer:
             Ticket("", g[0].task, g[0].seed, self._group_size[g[0].task], 0) for g in self._ready] + list(self._requeued)
         return {"version": self.state.version, "steps_taken": self.state.steps_taken,
                 "next_group": self.state.next_group, "rng_state": self.rng.getstate(),
-                "credit": dict(self._credit),
+                "credit": dict(self._credit), "counters": asdict(self.counters),
                 "requeued": [{"task": t.task, "seed": t.seed, "group_size": t.group_size} for t in pending]}
 
     def import_state(self, state: dict) -> None:
@@ -281,6 +281,8 @@ class TrajectoryBuffer:
         rng_state = state["rng_state"]
         self.rng.setstate((rng_state[0], tuple(rng_state[1]), rng_state[2]))
         self._credit.update(state.get("credit", {}))
+        # The run's totals go on from where they were (before, `buffer/*` restarted at 0 on resume).
+        self.counters = BufferCounters(**state.get("counters", {}))
         self._requeued = deque(Ticket("", r["task"], r["seed"], r["group_size"], self.state.version)
                                for r in state["requeued"])
 

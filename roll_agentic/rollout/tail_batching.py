@@ -220,13 +220,18 @@ class TailBatchingBuffer(TrajectoryBuffer):
         state["requeued"] += [{"task": t.task, "seed": t.seed, "group_size": self._group_size[t.task]}
                               for t in self._round_tickets]
         state["long_queue"] = [list(x) for x in self.long_queue]
+        state["tail"], state["round_kind"] = dict(self.tail), self.round_kind
         return state
 
     def import_state(self, state: dict) -> None:
         super().import_state(state)
         self.long_queue = deque(tuple(x) for x in state.get("long_queue", []))
         self._round_tickets.clear()  # the round built at construction is replaced
-        self.tail["rounds_short" if self.round_kind == "short" else "rounds_long"] -= 1
+        kind = self.round_kind  # that round's, counted at construction
+        if "tail" in state:  # the run's totals, the round in progress at the checkpoint included
+            self.tail.update(state["tail"])
+            kind = state["round_kind"]
+        self.tail["rounds_short" if kind == "short" else "rounds_long"] -= 1  # it starts again below
         self.round_id -= 1
         self._start_round()
 

@@ -116,6 +116,9 @@ def spawn_rollout_workers(cfg: Config, model_path: str, engines: list, router, b
             for i in range(cfg.rollout.num_workers)]
 
 
+ENGINE_SEED_STRIDE = 10_007  # engine seeds after a resume at step k: seed + stride * k + engine index
+
+
 class TrainingJob:
     def __init__(self, cfg: Config):
         self.cfg = validate(cfg)
@@ -149,12 +152,15 @@ class TrainingJob:
             if problem:
                 raise RuntimeError(problem)
         self._start_rewards()
+        # A resumed run samples from streams of its own: seeded as at step 0, the engines
+        # replayed the run's first sampling noise.
+        base_seed = cfg.trainer.seed + ENGINE_SEED_STRIDE * self._resume_step()
         for pool in effective_pools(cfg):
             place = placement(pool.resources)  # "GPU"/"CPU" become num_gpus/num_cpus
             actor = engine_actor_class(place.num_cpus, place.resources).options(num_gpus=place.num_gpus)
             for _ in range(pool.num_engines):
                 self.engines.append(actor.remote(backend, self.model_path, cfg.engine,
-                                                 cfg.trainer.seed + len(self.engines), pool.name, pool.hardware))
+                                                 base_seed + len(self.engines), pool.name, pool.hardware))
                 self.engine_pools.append(pool.name)
         ray.get([e.ping.remote() for e in self.engines])
         self.router = ray.remote(num_cpus=0)(Router).remote(**router_kwargs(cfg))
@@ -179,6 +185,11 @@ class TrainingJob:
 
     def _start_rewards(self) -> None:
         self.reward_service, self.reward_endpoint = start_rewards(self.cfg, self.run_dir)
+
+    def _resume_step(self) -> int:
+        """The step a resume starts from (0 for a fresh run)."""
+        ckpt = latest_checkpoint(self.run_dir / "checkpoints") if self.cfg.trainer.resume else None
+        return int(ckpt.name.rsplit("_", 1)[-1]) if ckpt is not None else 0
 
     def _maybe_resume(self) -> None:
         if not self.cfg.trainer.resume:

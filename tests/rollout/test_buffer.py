@@ -81,6 +81,8 @@ def test_weighted_task_shares_and_resume_of_ticket_stream():
         # the six open groups were not finished: the clone re-issues exactly them
         reissued = [await clone.next_ticket() for _ in range(6)]
         assert [(t.task, t.seed) for t in reissued] == [(t.task, t.seed) for t in tickets]
+        # the run's totals go on (re-issued tickets count again: they are issued again)
+        assert clone.counters.tickets_issued == buf.counters.tickets_issued + 6
     asyncio.run(main())
 
 

@@ -96,6 +96,9 @@ def test_long_queue_survives_a_checkpoint():
         clone = TailBatchingBuffer([TaskShare("a", 1.0, 2)], groups_per_step=2, eta=1.5, seed=99)
         clone.import_state(state)
         assert list(clone.long_queue) == list(buf.long_queue) and clone.long_queue
+        # the run's totals go on from the checkpoint; the round in progress is counted once
+        assert clone.tail == buf.tail and clone.round_kind == buf.round_kind
+        assert clone.counters.groups_completed == buf.counters.groups_completed == 2
     asyncio.run(main())
 
 
