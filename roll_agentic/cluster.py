@@ -63,6 +63,11 @@ def init_ray(cfg: RayConfig) -> bool:
                  log_to_driver=True)
         return True
     loopback_environment()
+    # Ray read RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER when it was first imported: a script that
+    # imported ray before roll_agentic would bind every interface. Say "local only" again.
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") != "0"
     ray.init(address="local", num_cpus=cfg.num_cpus or LOCAL_LOGICAL_CPUS, include_dashboard=False,
              _node_ip_address="127.0.0.1", runtime_env=runtime_env, logging_level=logging.WARNING,
              configure_logging=True)
