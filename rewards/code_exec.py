@@ -85,7 +85,10 @@ def _run_one(program: str, limit_s: float) -> tuple[bool, float, bool]:
 def score(summary: dict, remaining_s: float | None = None) -> dict:
     """The reward and per-test details: passed, seconds, timed_out, limit_s."""
     code = summary.get("code") or ""
-    tests = list(summary.get("tests") or [])[:MAX_TESTS]
+    raw_tests = summary.get("tests") or []
+    if not isinstance(raw_tests, list):  # a lone string became one "test" per character, and those passed
+        raise TypeError(f"tests must be a list of Python statements, got {type(raw_tests).__name__}")
+    tests = raw_tests[:MAX_TESTS]
     hints = list(summary.get("test_time_hints") or [])
     if not isinstance(code, str) or not all(isinstance(t, str) for t in tests):
         raise TypeError("code must be a string and tests a list of strings (Python statements)")

@@ -24,9 +24,15 @@ def reward(summary: dict) -> float:
     c = CONSISTENCY_WEIGHT
     turns = max(1, int(summary["num_turns"]))
     valid_fraction = 1.0 - int(summary["num_invalid"]) / turns
-    consistent = int((summary.get("info") or {}).get("consistent_guesses", 0))
-    consistent_fraction = min(1.0, consistent / turns)
+    consistent_fraction = min(1.0, _consistent(summary.get("info")) / turns)
     return (1.0 - p - c) * float(bool(summary["success"])) + c * consistent_fraction + p * valid_fraction
+
+
+def _consistent(info) -> int:
+    try:  # an env without the key (or a custom one with junk in it) earns no consistency credit
+        return max(0, int((info or {}).get("consistent_guesses", 0)))
+    except (AttributeError, TypeError, ValueError):  # AttributeError: info that is not a dict
+        return 0
 
 
 def handler(event, context):

@@ -248,6 +248,10 @@ def validate(cfg: Config) -> Config:
     _check(e, cfg.rollout.eta_responses >= 1.0, "rollout.eta_responses", "a number >= 1.0", cfg.rollout.eta_responses)
     if cfg.rollout.mode == "tail_batching":
         _check(e, cfg.algo.alpha == 0, "algo.alpha", "0 with rollout.mode=tail_batching (it is synchronous)", cfg.algo.alpha)
+        # Streamed gradients make one optimizer step per round: further epochs would be ignored.
+        _check(e, cfg.trainer.ppo_epochs == 1, "trainer.ppo_epochs",
+               "1 with rollout.mode=tail_batching (its streamed gradients make one step per round)",
+               cfg.trainer.ppo_epochs)
     _check(e, cfg.trainer.total_steps >= 1, "trainer.total_steps", "an integer >= 1", cfg.trainer.total_steps)
     _check(e, cfg.trainer.lr > 0, "trainer.lr", "a number > 0", cfg.trainer.lr)
     _check(e, cfg.trainer.lr_schedule in SCHEDULES, "trainer.lr_schedule", f"one of {', '.join(SCHEDULES)}",

@@ -37,10 +37,11 @@ def test_list_of_tasks_from_the_command_line_takes_defaults():
     ("run_name=../../x", "run_name: expected a plain directory name"),
     ("engine.gpu_memory_utilization=2", "engine.gpu_memory_utilization: expected a number in (0, 1]"),
     ("model.dtype=bfloat16", "unknown config key 'model.dtype'"),
+    ("rollout.mode=tail_batching algo.alpha=0 trainer.ppo_epochs=3", "trainer.ppo_epochs: expected 1 with"),
 ])
 def test_bad_config_is_one_clear_line(override, message):
     with pytest.raises(ConfigError) as err:
-        load_config([override])
+        load_config(override.split())
     assert message in str(err.value)
     assert "\n" not in str(err.value)
 

@@ -11,11 +11,19 @@ from pathlib import Path
 class MetricsLog:
     def __init__(self, run_dir: Path, tensorboard: bool = True):
         self.path = run_dir / "metrics.jsonl"
+        self.tensorboard_dir = run_dir / "tensorboard" if tensorboard else None
         self.writer = None
+        self._purge_step: int | None = None
         if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
+            self._open_writer()
 
-            self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+    def _open_writer(self) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        if self.writer is not None:
+            self.writer.close()
+        # purge_step: TensorBoard drops the events of steps a resume redoes (it showed both).
+        self.writer = SummaryWriter(log_dir=str(self.tensorboard_dir), purge_step=self._purge_step)
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
         clean = {k: (float(v) if isinstance(v, (int, float)) and math.isfinite(float(v)) else None)
@@ -39,6 +47,9 @@ class MetricsLog:
         tmp = self.path.with_name(self.path.name + ".tmp")  # a kill meanwhile keeps the whole history
         tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
         os.replace(tmp, self.path)
+        if self.tensorboard_dir is not None:
+            self._purge_step = step + 1
+            self._open_writer()
 
     def close(self) -> None:
         if self.writer is not None:

@@ -28,7 +28,8 @@ def rollout_metrics(groups: list[list[Trajectory]], version: int, engine_stats: 
         m[f"reward/{task}/success"] = statistics.fmean(float(t.success) for t in ts)
         m[f"rollout/{task}/turns"] = statistics.fmean(t.num_turns for t in ts)
         m[f"rollout/{task}/invalid_frac"] = statistics.fmean(t.num_invalid / max(1, t.num_turns) for t in ts)
-    gen = [e["engine"].get("generated_tokens", 0.0) - (p["engine"].get("generated_tokens", 0.0) if p else 0.0)
+    # max(0, ...): an engine restarted by Ray counts from 0 again, which is no negative rate.
+    gen = [max(0.0, e["engine"].get("generated_tokens", 0.0) - (p["engine"].get("generated_tokens", 0.0) if p else 0.0))
            for e, p in zip(engine_stats, last_engine_stats or [None] * len(engine_stats), strict=False)]
     m["rollout/tokens_per_s"] = sum(gen) / max(step_s, 1e-9)
     m["rollout/in_flight"] = float(sum(w.get("in_flight", 0) for w in worker_stats))

@@ -31,6 +31,9 @@ def test_share_of_tests_passed():
     assert code_exec.reward({"code": ADD, "tests": []}) == 0.0
     with pytest.raises(TypeError):
         code_exec.reward({"code": ADD, "tests": [["input", "expected"]]})
+    # one test as a bare string: it ran one character per "test", and wrong code scored 0.22
+    with pytest.raises(TypeError, match="tests must be a list"):
+        code_exec.reward({"code": "def add(a, b):\n    return a - b\n", "tests": "assert add(2, 3) == 5"})
 
 
 @pytest.mark.slow

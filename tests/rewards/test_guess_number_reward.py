@@ -23,3 +23,11 @@ def test_a_summary_without_env_info_still_scores():
     s = _summary(True, 2, 0, 0)
     del s["info"]
     assert reward(s) == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize("info", [["x"], {"consistent_guesses": "n/a"}, None, {"consistent_guesses": -3}])
+def test_junk_env_info_earns_no_consistency_credit_and_raises_nothing(info):
+    """A custom env's info: a list, a non-number or a negative count raised before (frozenlake's did not)."""
+    s = _summary(False, 4, 0, 0)
+    s["info"] = info
+    assert reward(s) == pytest.approx(0.1)
