@@ -28,7 +28,8 @@ def _load_entry_point(env_id: str) -> type:
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise EnvSpecError(f"env_id {env_id!r}: cannot import module {module_name!r} ({err})") from err
+        raise EnvSpecError(f"env_id {env_id!r}: cannot import module {module_name!r} ({err}); run from the "
+                           "folder that holds it, or add that folder to PYTHONPATH") from err
     cls = getattr(module, attr, None)
     if cls is None:
         raise EnvSpecError(f"env_id {env_id!r}: module {module_name!r} has no attribute {attr!r}")

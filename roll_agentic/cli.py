@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 TRAIN_EPILOG = """\
@@ -31,14 +32,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from roll_agentic.train.job import train
 
     try:
-        train(cfg)
+        result = train(cfg)
     except (FileNotFoundError, RuntimeError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # during start-up: once training runs, Ctrl-C saves a checkpoint first
         print("interrupted while starting: no step was taken, so nothing new to save", file=sys.stderr)
         return 130
-    return 0
+    return 130 if result.get("interrupted") else 0  # a script can tell a stopped run from a finished one
 
 
 def _cmd_model_tiny(args: argparse.Namespace) -> int:
@@ -123,7 +124,23 @@ OPTIONAL_COMMANDS = {
 }
 
 
+def _import_from_here() -> None:
+    """Modules in the current folder import, as under `python -m`: a user's `my_pkg.my_env:MyEnv`.
+
+    The console script put only the installed packages on the path, so an env
+    or reward package beside the user failed to import. PYTHONPATH carries the
+    folder to the processes a run starts (Ray's workers, the emulator).
+    """
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if here not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([here, *paths])
+
+
 def main(argv: list[str] | None = None) -> int:
+    _import_from_here()
     argv = sys.argv[1:] if argv is None else argv
     command = argv[0] if argv and not argv[0].startswith("-") else None
     parser = build_parser(only=command if command in OPTIONAL_COMMANDS else None)

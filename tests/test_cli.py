@@ -1,5 +1,7 @@
 """`roll-agentic train` when start-up is interrupted: what it started stops, one line, exit 130."""
 
+import pytest
+
 from roll_agentic.cli import main
 from roll_agentic.train import job as job_module
 
@@ -17,3 +19,23 @@ def test_ctrl_c_while_starting_stops_what_started_and_says_so(monkeypatch, tmp_p
     assert closed == [False]  # killed, not waited on: some actors may still be starting
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["interrupted while starting: no step was taken, so nothing new to save"]
+
+
+def test_an_env_package_in_the_current_folder_imports_through_the_console_script(tmp_path):
+    """The README's `roll-agentic env check my_pkg.my_env:MyEnv`: before, the console script
+    could not import a package beside the user (only `python -m` could)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "roll-agentic"
+    if not script.exists():
+        pytest.skip("no console script beside this interpreter")
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "my_env.py").write_text(
+        "from envs.guess_number import GuessNumber\n\nclass MyEnv(GuessNumber):\n    pass\n")
+    out = subprocess.run([str(script), "env", "check", "mypkg.my_env:MyEnv"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 failed" in out.stdout

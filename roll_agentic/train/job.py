@@ -186,6 +186,30 @@ class TrainingJob:
     def _start_rewards(self) -> None:
         self.reward_service, self.reward_endpoint = start_rewards(self.cfg, self.run_dir)
 
+    def _say_what_resume_changed(self) -> None:
+        """A resume runs with this command line's settings: say where they differ from the run's.
+
+        `trainer.resume=true run_name=X` alone resumed an `engine=hf
+        trainer.total_steps=20` run on the default engine with 80 steps (and a
+        learning-rate schedule stretched to them), silently.
+        """
+        saved = self.run_dir / "config.json"
+        if not self.cfg.trainer.resume or not saved.is_file():
+            return
+        import json
+
+        try:
+            before = _flat(json.loads(saved.read_text()))
+        except (OSError, ValueError):
+            return
+        now = _flat(json.loads(_json(asdict(self.cfg))))
+        changed = [f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(before) | set(now))
+                   if k != "trainer.resume" and before.get(k) != now.get(k)]
+        if changed:
+            print(f"resuming with {len(changed)} setting(s) other than the run's (repeat the run's overrides "
+                  f"to keep them): {'; '.join(changed)}", flush=True)
+            (self.run_dir / f"config.before_step_{self.version}.json").write_text(saved.read_text())
+
     def _resume_step(self) -> int:
         """The step a resume starts from (0 for a fresh run)."""
         ckpt = latest_checkpoint(self.run_dir / "checkpoints") if self.cfg.trainer.resume else None
@@ -266,17 +290,17 @@ class TrainingJob:
         if self.cfg.rollout.mode == "tail_batching":
             groups, train_m = self.stream_phase()
             t1 = time.perf_counter() - train_m["tail/final_grad_s"]
-            with self.guard.updating():
-                train_m = self._apply_streamed(train_m)
-                t2 = time.perf_counter()
-                sync_m = self.sync_phase()
+            self.guard.begin()  # ended by run() once the step is logged
+            train_m = self._apply_streamed(train_m)
+            t2 = time.perf_counter()
+            sync_m = self.sync_phase()
         else:
             groups = self.rollout_phase()
             t1 = time.perf_counter()
-            with self.guard.updating():
-                train_m = self.train_phase(groups)
-                t2 = time.perf_counter()
-                sync_m = self.sync_phase()
+            self.guard.begin()
+            train_m = self.train_phase(groups)
+            t2 = time.perf_counter()
+            sync_m = self.sync_phase()
         t3 = time.perf_counter()
         engine_stats = collect_engine_stats(self.engines, self._last_engine_stats, self.engine_pools)
         self.router.observe.remote(engine_stats)  # phase-aware routing learns each task's reply length
@@ -305,7 +329,10 @@ class TrainingJob:
             self.start()
         except BaseException:  # what did start (emulator, actors) stops too, whatever failed
             self.close(graceful=False)
+            with contextlib.suppress(OSError):  # nothing was written: leave no empty run folder
+                self.run_dir.rmdir()
             raise
+        self._say_what_resume_changed()
         (self.run_dir / "config.json").write_text(_json(asdict(cfg)))
         log = MetricsLog(self.run_dir, cfg.telemetry.tensorboard)
         log.truncate_after(self.version)
@@ -317,11 +344,14 @@ class TrainingJob:
                     m = self.step_once()
                     log.write(self.version, m)
                     progress.update(m)
+                    self.guard.end()  # the step is whole: a Ctrl-C held meanwhile stops the run here
                     if self.version % cfg.trainer.save_every == 0 or self.version == cfg.trainer.total_steps:
                         self.checkpoint()
         except KeyboardInterrupt:
             interrupted = True
-            if self.guard.torn:
+            torn = self.guard.torn
+            self.guard.abandon()
+            if torn:
                 print(f"\nstopped in the middle of step {self.version + 1}: nothing saved, the last "
                       "checkpoint stands", flush=True)
             else:
@@ -329,6 +359,7 @@ class TrainingJob:
                 with contextlib.suppress(Exception):
                     print(f"checkpoint: {self.checkpoint()}", flush=True)
         finally:
+            self.guard.abandon()
             rows = log.read()
             log.close()
             if cfg.telemetry.plots and rows:
@@ -362,6 +393,17 @@ class TrainingJob:
                 self.reward_service.stop()
         if self.started_ray:
             ray.shutdown()
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    """A nested config as dotted keys (lists are compared whole)."""
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def _json(obj) -> str:

@@ -4,41 +4,57 @@ Between its first optimizer step and the new weights' publication a step is
 half done: with `ppo_epochs=2`, say, the weights hold one of its two updates.
 A checkpoint written then is labelled with the last whole step but holds
 more than it, and it replaced that step's good checkpoint. So an interrupt
-there is held until the step ends; a second Ctrl-C stops at once, and the
-run then writes nothing (`torn`), leaving the last checkpoint as it was.
+from `begin()` (the update starts) to `end()` (the step is logged) is held
+and raised at `end()`; a second Ctrl-C stops at once, and the run then
+writes nothing (`torn`), leaving the last checkpoint as it was.
 """
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import threading
-from collections.abc import Iterator
 
 
 class StepGuard:
     def __init__(self) -> None:
-        self.torn = False  # an interrupt or error left a step half done
+        self.active = False  # between begin() and end()
         self._held = False
+        self._previous = None
+        self._installed = False
 
-    @contextlib.contextmanager
-    def updating(self) -> Iterator[None]:
-        """The part of a step that changes the weights; KeyboardInterrupt is raised after it."""
-        in_main = threading.current_thread() is threading.main_thread()  # only it may take signals
-        previous = signal.getsignal(signal.SIGINT) if in_main else None
-        if in_main:
+    @property
+    def torn(self) -> bool:
+        """An interrupt (the second Ctrl-C) or an error left the current step half done."""
+        return self.active
+
+    def begin(self) -> None:
+        if self.active:
+            return
+        if threading.current_thread() is threading.main_thread():  # only it may take signals
+            self._previous = signal.getsignal(signal.SIGINT)
             signal.signal(signal.SIGINT, self._hold)
-        try:
-            yield
-        except BaseException:
-            self.torn = True
-            raise
-        finally:
-            if in_main:
-                signal.signal(signal.SIGINT, previous)
+            self._installed = True
+        self.active = True
+
+    def end(self) -> None:
+        """The step is whole (updated, published, logged): a held interrupt is raised now."""
+        if not self.active:
+            return
+        self._restore()
+        self.active = False
         if self._held:
             self._held = False
             raise KeyboardInterrupt
+
+    def abandon(self) -> None:
+        """The run stops (an error, or a second Ctrl-C): the usual Ctrl-C again, nothing raised."""
+        self._restore()
+        self._held = False
+
+    def _restore(self) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = False
 
     def _hold(self, signum, frame) -> None:
         if self._held:

@@ -18,7 +18,7 @@ def _cfg(tmp_path, *extra):
         "trainer.save_every=2", *extra])
 
 
-def test_train_writes_metrics_tensorboard_plot_and_checkpoints_then_resumes(tmp_path, tiny_model_path):
+def test_train_writes_metrics_tensorboard_plot_and_checkpoints_then_resumes(tmp_path, tiny_model_path, capsys):
     result = TrainingJob(_cfg(tmp_path)).run()
     run = tmp_path / "e2e"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -33,7 +33,11 @@ def test_train_writes_metrics_tensorboard_plot_and_checkpoints_then_resumes(tmp_
     assert (run / "checkpoints" / "latest").read_text() == "step_000003"
     assert result["steps"] == 3
 
+    capsys.readouterr()
     resumed = TrainingJob(_cfg(tmp_path, "trainer.total_steps=5", "trainer.resume=true")).run()
+    # what the resume changed is said, and the run's own settings are kept beside the new ones
+    assert "resuming with 1 setting(s) other than the run's" in capsys.readouterr().out
+    assert json.loads((run / "config.before_step_3.json").read_text())["trainer"]["total_steps"] == 3
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
     assert resumed["steps"] == 5
@@ -62,3 +66,24 @@ def test_tail_batching_mode_streams_gradients_on_policy(tmp_path, tiny_model_pat
         assert r["train/samples"] == (2 + fill) * 4
         if r["tail/round_is_long"]:  # P0 = 2 defers a prompt per short round: step 3 is long
             assert r["reward/frozenlake/mean"] is not None and r["reward/guess/mean"] is not None
+
+
+def test_ctrl_c_during_an_update_finishes_the_step_logs_it_and_saves_it(tmp_path, tiny_model_path, monkeypatch):
+    """Before, the held interrupt was raised before the step's metrics were written: the log
+    skipped that step for good (1, 2, 3, 4, 6, ... after a resume)."""
+    import os
+    import signal
+
+    real_train_phase = TrainingJob.train_phase
+
+    def interrupted_train_phase(self, groups):
+        if self.version == 1:  # during step 2's update
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_train_phase(self, groups)
+
+    monkeypatch.setattr(TrainingJob, "train_phase", interrupted_train_phase)
+    result = TrainingJob(_cfg(tmp_path, "trainer.total_steps=4")).run()
+    rows = [json.loads(line) for line in (tmp_path / "e2e" / "metrics.jsonl").read_text().splitlines()]
+    assert result["interrupted"] and result["steps"] == 2
+    assert [r["step"] for r in rows] == [1, 2]
+    assert (tmp_path / "e2e" / "checkpoints" / "latest").read_text() == "step_000002"

@@ -16,29 +16,32 @@ from roll_agentic.train.step_guard import StepGuard
 
 def test_one_interrupt_is_held_until_the_step_ends():
     guard, done = StepGuard(), []
+    guard.begin()
+    os.kill(os.getpid(), signal.SIGINT)
+    done.append("rest of the step, logged")
     with pytest.raises(KeyboardInterrupt):
-        with guard.updating():
-            os.kill(os.getpid(), signal.SIGINT)
-            done.append("rest of the step")
-    assert done == ["rest of the step"] and not guard.torn
+        guard.end()
+    assert done == ["rest of the step, logged"] and not guard.torn
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
 
 
 def test_a_second_interrupt_stops_at_once_and_marks_the_step_torn():
     guard, done = StepGuard(), []
+    guard.begin()
     with pytest.raises(KeyboardInterrupt):
-        with guard.updating():
-            os.kill(os.getpid(), signal.SIGINT)
-            os.kill(os.getpid(), signal.SIGINT)
-            done.append("never")
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        done.append("never")
     assert done == [] and guard.torn
+    guard.abandon()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_a_step_without_interrupts_passes_through():
     guard = StepGuard()
-    with guard.updating():
-        pass
-    assert not guard.torn
+    guard.begin()
+    guard.end()
+    assert not guard.torn and signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_a_new_run_will_not_take_over_a_run_dir_with_checkpoints(tmp_path):
