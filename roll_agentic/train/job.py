@@ -285,7 +285,18 @@ class TrainingJob:
         self.trainer.step += 1
         return m
 
-    def step_once(self) -> dict[str, float]:
+    def step_once(self, hold_until_logged: bool = False) -> dict[str, float]:
+        """One whole step. A Ctrl-C during its update is held to the step's end, or, with
+        `hold_until_logged` (run()), until the caller has logged it and calls `guard.end()`."""
+        try:
+            m = self._step(hold_until_logged)
+        except BaseException:
+            if not hold_until_logged:  # run() reads `guard.torn` first, then lets go itself
+                self.guard.abandon()
+            raise
+        return m
+
+    def _step(self, hold_until_logged: bool) -> dict[str, float]:
         t0 = time.perf_counter()
         if self.cfg.rollout.mode == "tail_batching":
             groups, train_m = self.stream_phase()
@@ -315,6 +326,8 @@ class TrainingJob:
         m.update(buffer_m)
         m.update({"step": float(self.version), "time/step_s": t3 - t0, "time/rollout_wait_s": t1 - t0,
                   "time/train_s": t2 - t1, "time/sync_s": t3 - t2})
+        if not hold_until_logged:
+            self.guard.end()
         return m
 
     # -- the whole run ------------------------------------------------------------------------
@@ -341,7 +354,7 @@ class TrainingJob:
         try:
             with ProgressDisplay(cfg.trainer.total_steps, tasks, cfg.telemetry.progress) as progress:
                 while self.version < cfg.trainer.total_steps:
-                    m = self.step_once()
+                    m = self.step_once(hold_until_logged=True)
                     log.write(self.version, m)
                     progress.update(m)
                     self.guard.end()  # the step is whole: a Ctrl-C held meanwhile stops the run here

@@ -47,9 +47,10 @@ class StepGuard:
             raise KeyboardInterrupt
 
     def abandon(self) -> None:
-        """The run stops (an error, or a second Ctrl-C): the usual Ctrl-C again, nothing raised."""
+        """The step stops (an error, or a second Ctrl-C): the usual Ctrl-C again, nothing raised."""
         self._restore()
         self._held = False
+        self.active = False
 
     def _restore(self) -> None:
         if self._installed:
