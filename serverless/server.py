@@ -237,6 +237,11 @@ class Emulator:
 
     async def invoke(self, request: web.Request) -> web.Response:
         rec = self.store.get(request.match_info["name"])
+        qualifier = request.query.get("Qualifier", "$LATEST")
+        if qualifier != "$LATEST":  # no versions or aliases here: AWS answers so for one that does not exist
+            raise errors.LambdaError("ResourceNotFoundException", 404,
+                                     f"Function not found: {errors.function_arn(rec.name, self.cfg.region)}:{qualifier}"
+                                     " (this emulator serves $LATEST only: versions and aliases are not emulated)")
         itype = request.headers.get("X-Amz-Invocation-Type", "RequestResponse")
         if itype not in ("RequestResponse", "Event", "DryRun"):
             raise errors.invalid_parameter(f"InvocationType must be RequestResponse, Event or DryRun, got {itype!r}")

@@ -87,6 +87,10 @@ def test_unhandled_error_and_bad_requests(shared_endpoint, echo_zip):
     with pytest.raises(c.exceptions.ResourceNotFoundException) as e:
         c.invoke(FunctionName="no-such-function", Payload=b"{}")
     assert "no-such-function" in str(e.value)
+    # a version or alias: refused as AWS refuses one that does not exist (it was ignored)
+    with pytest.raises(c.exceptions.ResourceNotFoundException, match="serves \\$LATEST only"):
+        c.invoke(FunctionName="api-errors", Qualifier="prod", Payload=b"{}")
+    assert "FunctionError" not in c.invoke(FunctionName="api-errors", Qualifier="$LATEST", Payload=b"{}")
     with pytest.raises(c.exceptions.InvalidParameterValueException) as e:
         create(c, "api-corrupt", b"PK\x03\x04 definitely not a zip")
     assert "Could not unzip" in str(e.value)
