@@ -156,12 +156,12 @@ class Trace:
         jobs = []
         for i, j in enumerate(doc["jobs"]):
             try:
-                job = TraceJob(j["arrival_s"], j["n_iters"], j["seed"], JobProfile(**j["profile"]))
+                arrival, n_iters, seed = j["arrival_s"], j["n_iters"], j["seed"]
+                profile = JobProfile(**j["profile"])
             except KeyError as err:
                 raise ValueError(f"trace {path}: job #{i} has no {err}") from None
             except (TypeError, ValueError) as err:
                 raise ValueError(f"trace {path}: job #{i}: {err}") from None
-            arrival, n_iters = job.arrival_s, job.n_iters
             if (isinstance(arrival, bool) or not isinstance(arrival, int | float) or not math.isfinite(arrival)
                     or not 0 <= arrival <= MAX_ARRIVAL_H * 3600.0):
                 raise ValueError(f"trace {path}: job #{i}: arrival_s must be seconds from 0 to "
@@ -169,9 +169,9 @@ class Trace:
             if not _whole(n_iters) or not 1 <= n_iters <= MAX_ITERATIONS:
                 raise ValueError(f"trace {path}: job #{i}: n_iters must be a whole number from 1 to "
                                  f"{MAX_ITERATIONS}, got {n_iters!r}")
-            if not _whole(job.seed):
-                raise ValueError(f"trace {path}: job #{i}: seed must be a whole number >= 0, got {job.seed!r}")
-            jobs.append(TraceJob(float(arrival), int(n_iters), int(job.seed), job.profile))
+            if not _whole(seed):
+                raise ValueError(f"trace {path}: job #{i}: seed must be a whole number >= 0, got {seed!r}")
+            jobs.append(TraceJob(float(arrival), n_iters, seed, profile))
         problems = trace_problems(jobs)
         if problems:
             raise ValueError(f"trace {path}: " + listed_problems(problems))
