@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from roll_agentic.arg_types import at_least, non_negative, positive
 from serverless import deploy as deploy_mod
 
 DEFAULT_STATE_DIR = os.environ.get("ROLL_AGENTIC_SERVERLESS_STATE_DIR", ".cache/serverless")
@@ -34,6 +35,14 @@ def _endpoint(args: argparse.Namespace) -> str:
             "`roll-agentic serverless start`, or pass --endpoint-url"
         )
     return rec["endpoint_url"]
+
+
+def _port(text: str) -> int:
+    """A TCP port: 0 (any free one) to 65535 (the OS would silently take 70000 as 4464)."""
+    port = at_least(0)(text)
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port, 0 to 65535, got {port}")
+    return port
 
 
 def _keys(args: argparse.Namespace) -> tuple[str | None, str | None]:
@@ -110,7 +119,8 @@ def cmd_start(args: argparse.Namespace) -> int:
         state_dir=Path(args.state_dir), host=args.host, port=args.port, region=args.region,
         account_concurrency=args.account_concurrency, keep_alive_s=args.keep_alive,
         event_retry_delay_s=args.event_retry_delay, credentials=creds, allow_remote=args.allow_remote,
-        parent_pid=args.parent_pid,
+        parent_pid=args.parent_pid, max_event_backlog=args.max_event_backlog,
+        max_event_backlog_mb=args.max_event_backlog_mb,
     ))
     return 0
 
@@ -205,10 +215,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("start", help="run the emulator in the foreground (until `stop` or Ctrl-C)")
     _common(p, client=False)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback only unless --allow-remote)")
-    p.add_argument("--port", type=int, default=9001, help="port to listen on (0 = any free port)")
-    p.add_argument("--account-concurrency", type=int, default=1000, help="account-wide concurrent executions (AWS default 1000)")
-    p.add_argument("--keep-alive", type=float, default=300.0, help="seconds an idle execution environment stays warm")
-    p.add_argument("--event-retry-delay", type=float, default=1.0, help="seconds before retrying a failed Event invocation (doubles)")
+    p.add_argument("--port", type=_port, default=9001, help="port to listen on (0 = any free port)")
+    p.add_argument("--account-concurrency", type=at_least(1), default=1000,
+                   help="account-wide concurrent executions (AWS default 1000)")
+    p.add_argument("--keep-alive", type=non_negative, default=300.0, help="seconds an idle execution environment stays warm")
+    p.add_argument("--event-retry-delay", type=non_negative, default=1.0,
+                   help="seconds before retrying a failed Event invocation (doubles)")
+    p.add_argument("--max-event-backlog", type=at_least(1), default=10_000,
+                   help="Event invocations queued or running at most; more are refused with a 429 (boto3 retries it)")
+    p.add_argument("--max-event-backlog-mb", type=positive, default=256.0,
+                   help="MB of Event payloads queued or running at most")
     p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host (the emulator runs any code it is sent)")
     p.add_argument("--parent-pid", type=int, default=0,
                    help="stop once this process is gone (training runs pass their own, so none is left behind)")

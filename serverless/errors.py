@@ -63,13 +63,13 @@ def too_large(limit: int) -> LambdaError:
     )
 
 
-def throttled(reason: str, retry_after_s: int = 1) -> LambdaError:
+def throttled(reason: str, retry_after_s: int = 1, message: str = "Rate Exceeded.") -> LambdaError:
     """429 with AWS's Reason: ReservedFunctionConcurrentInvocationLimitExceeded or
     ConcurrentInvocationLimitExceeded; Retry-After tells a client when to come back."""
     return LambdaError(
         "TooManyRequestsException",
         429,
-        "Rate Exceeded.",
+        message,
         extra={"Reason": reason},
         headers={"Retry-After": str(retry_after_s)},
     )

@@ -6,6 +6,9 @@ to the worker and a formatted REPORT line. Event invocations are queued and
 run in the background; a failing one is retried up to twice more (AWS waits
 1 and 2 minutes; the emulator waits `event_retry_delay_s` and twice that)
 and a throttled one waits and tries again without using up an attempt.
+The queue is bounded (`max_event_backlog` invocations, `max_event_backlog_mb`
+of payloads): past that an Event is refused with a 429, which boto3 retries,
+instead of the emulator growing until the machine runs out of memory.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ LOG_TAIL_BYTES = 4096
 MAX_RESPONSE_BYTES = 6291556  # Lambda's limit on a synchronous response, as its error message states
 EVENT_MAX_ATTEMPTS = 3  # the first try and two retries
 EVENT_MAX_THROTTLE_WAITS = 200
+EVENT_BACKLOG_REASON = "EventQueueFull"  # the emulator's own Reason: AWS's queue has no limit it states
 
 
 @dataclass
@@ -63,12 +67,17 @@ class Invoker:
         log_dir: Path,
         event_retry_delay_s: float = 1.0,
         max_events_in_flight: int = 64,
+        max_event_backlog: int = 10_000,
+        max_event_backlog_mb: float = 256.0,
     ) -> None:
         self.store, self.pool, self.limiter, self.meters = store, pool, limiter, meters
         self.log_dir = Path(log_dir)
         self.event_retry_delay_s = event_retry_delay_s
         self._event_slots = asyncio.Semaphore(max_events_in_flight)
         self._event_tasks: set[asyncio.Task] = set()
+        self.max_event_backlog = max_event_backlog
+        self.max_event_backlog_bytes = int(max_event_backlog_mb * 1024 * 1024)
+        self._event_bytes = 0  # payload bytes of the Events queued or running
         self._logs: dict[str, object] = {}
 
     # -- synchronous ----------------------------------------------------------
@@ -156,10 +165,30 @@ class Invoker:
     # -- asynchronous (InvocationType=Event) ----------------------------------
 
     def submit_event(self, name: str, payload: str) -> str:
+        """Queues an Event invocation and returns its request id; a 429 LambdaError
+        when the queue is full (by count or by payload bytes)."""
+        size = len(payload.encode())
+        pending = len(self._event_tasks)
+        if pending >= self.max_event_backlog or self._event_bytes + size > self.max_event_backlog_bytes:
+            raise errors.throttled(
+                EVENT_BACKLOG_REASON,
+                message=(
+                    f"the emulator's Event queue is full ({pending} invocations, "
+                    f"{self._event_bytes / 2**20:.1f} MB of payloads waiting or running; limits "
+                    f"{self.max_event_backlog} and {self.max_event_backlog_bytes / 2**20:g} MB): retry "
+                    "later, or start it with a larger --max-event-backlog / --max-event-backlog-mb"
+                ),
+            )
         rid = str(uuid.uuid4())  # the caller's, the function's and the log's, retries included
         task = asyncio.get_running_loop().create_task(self._run_event(name, payload, rid))
         self._event_tasks.add(task)
-        task.add_done_callback(self._event_tasks.discard)
+        self._event_bytes += size
+
+        def done(t: asyncio.Task) -> None:
+            self._event_tasks.discard(t)
+            self._event_bytes -= size
+
+        task.add_done_callback(done)
         return rid
 
     @property

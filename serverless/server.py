@@ -40,6 +40,8 @@ class ServerConfig:
     account_concurrency: int = 1000  # AWS's default account limit
     keep_alive_s: float = 300.0  # an idle environment is stopped after this long
     event_retry_delay_s: float = 1.0
+    max_event_backlog: int = 10_000  # Event invocations queued or running, at most
+    max_event_backlog_mb: float = 256.0  # and their payloads' size
     credentials: dict[str, sigv4.Credentials] = field(default_factory=dict)  # {} = accept any signature
     allow_remote: bool = False
     # > 0: stop once that process is gone. A run that starts the emulator passes
@@ -73,7 +75,10 @@ class Emulator:
         self.pool = EnvironmentPool(cfg.region, state / "logs", cfg.keep_alive_s)
         self.limiter = ConcurrencyLimiter(cfg.account_concurrency)
         self.meters = Meters()
-        self.invoker = Invoker(self.store, self.pool, self.limiter, self.meters, state / "logs", cfg.event_retry_delay_s)
+        self.invoker = Invoker(
+            self.store, self.pool, self.limiter, self.meters, state / "logs", cfg.event_retry_delay_s,
+            max_event_backlog=cfg.max_event_backlog, max_event_backlog_mb=cfg.max_event_backlog_mb,
+        )
         self.stop_event = asyncio.Event()
         self._activations: dict[str, asyncio.Task] = {}
         for rec in self.store.functions.values():

@@ -152,3 +152,39 @@ def test_refuses_a_non_loopback_host(tmp_path):
     res = subprocess.run([sys.executable, "-m", "serverless.cli", "start", "--host", "0.0.0.0", "--port", "0",
                           "--state-dir", str(tmp_path)], capture_output=True, text=True, timeout=30)
     assert res.returncode != 0 and "refusing to listen on 0.0.0.0" in res.stderr
+
+
+def test_event_queue_is_bounded(start_emulator, tmp_path, echo_zip):
+    """A flood of Events is refused with a 429 once the queue is full, not held until memory runs out."""
+    url = start_emulator(tmp_path / "state", "--max-event-backlog", "2", "--max-event-backlog-mb", "1")
+    c = client_for(url)
+    create(c, "lim-events", echo_zip)
+    slow = json.dumps({"sleep": 1.5, "count_to": str(tmp_path / "ran")}).encode()
+    for _ in range(2):
+        assert c.invoke(FunctionName="lim-events", InvocationType="Event", Payload=slow)["StatusCode"] == 202
+    with pytest.raises(c.exceptions.TooManyRequestsException) as e:
+        c.invoke(FunctionName="lim-events", InvocationType="Event", Payload=b"{}")
+    assert e.value.response["Reason"] == "EventQueueFull"
+    assert "--max-event-backlog" in e.value.response["Error"]["Message"]
+    # The byte limit holds on its own: one payload larger than what is left is refused too.
+    deadline = time.time() + 15
+    while time.time() < deadline and len((tmp_path / "ran").read_text() if (tmp_path / "ran").exists() else "") < 2:
+        time.sleep(0.05)
+    time.sleep(1.7)  # both have run: the queue is empty again
+    big = json.dumps({"pad": "x" * (1024 * 1024 - 100)}).encode()
+    assert c.invoke(FunctionName="lim-events", InvocationType="Event", Payload=big)["StatusCode"] == 202
+    with pytest.raises(c.exceptions.TooManyRequestsException):
+        c.invoke(FunctionName="lim-events", InvocationType="Event", Payload=big)
+
+
+def test_start_refuses_nonsense_settings(tmp_path):
+    """Each bad flag is one line naming it, before anything starts (port 70000 used to listen on 4464)."""
+    for flag, value, says in [
+        ("--port", "70000", "must be a TCP port"),
+        ("--account-concurrency", "0", "must be at least 1"),
+        ("--keep-alive", "-5", "must be a number >= 0"),
+        ("--max-event-backlog", "0", "must be at least 1"),
+    ]:
+        res = subprocess.run([sys.executable, "-m", "serverless.cli", "start", "--state-dir", str(tmp_path), flag, value],
+                             capture_output=True, text=True, timeout=30)
+        assert res.returncode == 2 and f"argument {flag}: {says}" in res.stderr, res.stderr
