@@ -21,7 +21,8 @@ what was injected in processes it cannot see into (actors, the emulator).
 
 Kinds: env_crash, env_hang (env calls); engine_die (EngineHost.generate);
 reward_raise, reward_timeout, reward_throttle, reward_nan, reward_nonjson
-(reward clients); ckpt_kill (save_checkpoint stages).
+(reward clients); ckpt_kill (save_checkpoint stages); train_hang (a
+multiplexer's trainer slot, at the start of a step).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ ENV_DIR = "ROLL_AGENTIC_FAULTS_DIR"
 ENV_HANG_S = "ROLL_AGENTIC_FAULTS_HANG_S"  # how long an injected hang blocks (past the timeout under test)
 
 KINDS = ("env_crash", "env_hang", "engine_die", "reward_raise", "reward_timeout", "reward_throttle",
-         "reward_nan", "reward_nonjson", "ckpt_kill")
+         "reward_nan", "reward_nonjson", "ckpt_kill", "train_hang")
 REWARD_KINDS = ("reward_raise", "reward_timeout", "reward_throttle", "reward_nan", "reward_nonjson")
 
 
@@ -191,6 +192,13 @@ def engine_request() -> None:
     """Called at the start of EngineHost.generate: the engine process dies on a hit."""
     if injector().active and injector().hit("engine_die", "generate"):
         os._exit(17)  # no cleanup, like an OOM kill or a segfault
+
+
+def train_step() -> None:
+    """Called at the start of a trainer slot's step: it blocks for `hang_s()` on a hit
+    (a wedged collective or a stuck device, as the multiplexer sees them)."""
+    if injector().active and injector().hit("train_hang", "train"):
+        time.sleep(hang_s())
 
 
 def checkpoint_stage(stage: str) -> None:

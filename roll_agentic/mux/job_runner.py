@@ -272,20 +272,30 @@ class JobRunner:
         async with self._hold(kind, [node]) as wait_s:
             self.record.phase = kind
             t0 = time.perf_counter()
-            switch = await slot.switch_in.remote(self.name)
-            t1 = time.perf_counter()
-            samples = samples_from_groups(self._groups, self.cfg.algo.adv_eps)
-            train_m = await slot.train.remote(self.name, samples)
-            self.version += 1
-            t2 = time.perf_counter()
-            write_s = await slot.write_weights.remote(self.name, self._weights_path(self.version))
-            if park:
-                self.record.profile["state_bytes"], self.record.profile["weights_bytes"] = \
-                    await slot.state_bytes.remote(self.name)
-                await slot.park.remote(self.name, self.version, await self._run_state(),
-                                       self.cfg.trainer.keep_checkpoints)
-            elif self.version % self.cfg.trainer.save_every == 0 or self.version == self.cfg.trainer.total_steps:
-                await self.checkpoint(node)
+            try:
+                # Like a rollout, a train phase that runs past its limit fails its job and
+                # lets go of the node: a wedged trainer used to hold it, and every job
+                # waiting for it, forever, with nothing in the status but "train".
+                async with asyncio.timeout(self.phase_timeout_s):
+                    switch = await slot.switch_in.remote(self.name)
+                    t1 = time.perf_counter()
+                    samples = samples_from_groups(self._groups, self.cfg.algo.adv_eps)
+                    train_m = await slot.train.remote(self.name, samples)
+                    self.version += 1
+                    t2 = time.perf_counter()
+                    write_s = await slot.write_weights.remote(self.name, self._weights_path(self.version))
+                    if park:
+                        self.record.profile["state_bytes"], self.record.profile["weights_bytes"] = \
+                            await slot.state_bytes.remote(self.name)
+                        await slot.park.remote(self.name, self.version, await self._run_state(),
+                                               self.cfg.trainer.keep_checkpoints)
+                    elif self.version % self.cfg.trainer.save_every == 0 or self.version == self.cfg.trainer.total_steps:
+                        await self.checkpoint(node)
+            except TimeoutError:
+                raise JobFailed(
+                    f"{kind} phase exceeded phase_timeout_s={self.phase_timeout_s} on {node}: its trainer "
+                    "did not answer (its checkpoints stay in its run directory)"
+                ) from None
         self.record.step_ends.append(self.board.now())
         self.record.step = self.version
         record = asdict(switch)

@@ -43,6 +43,7 @@ from roll_agentic.mux.trainer_slot import TrainerSlot
 
 ACTOR_NAME = "roll-agentic-mux"
 NAMESPACE = "roll-agentic"
+SLOT_RELEASE_WAIT_S = 30.0  # how long a job's exit waits for each trainer slot to drop its state
 
 
 class Multiplexer:
@@ -218,8 +219,11 @@ class Multiplexer:
 
     async def _leave(self, rec: JobRecord, placed: bool) -> None:
         for slot in self.slots.values():
+            # Bounded: a slot wedged in another call (a train phase that timed out) would
+            # hold this job's exit, and its nodes, until it answered; the release stays
+            # queued on the slot and runs once it does.
             with contextlib.suppress(Exception):
-                await slot.release.remote(rec.name)
+                await asyncio.wait_for(slot.release.remote(rec.name), SLOT_RELEASE_WAIT_S)
         if placed and rec.name in self.book.job_group:
             for node in self.book.remove(rec.name):
                 self.phys.pop(node.node_id, None)

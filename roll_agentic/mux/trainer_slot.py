@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from roll_agentic import faults
 from roll_agentic.config import AlgoConfig, TrainerConfig
 from roll_agentic.mux.residency import (
     DeviceLayout,
@@ -172,6 +173,7 @@ class TrainerSlot:
 
     def train(self, job: str, samples: list[Sample]) -> dict[str, float]:
         tr = self._active(job)
+        faults.train_step()
         # The flag lives in the calling thread's FPU state, so it is set where the step runs.
         torch.set_flush_denormal(self.flush_denormal)
         return tr.train_step(samples)
