@@ -102,7 +102,7 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
         ray.get(mux.shutdown.remote())
         print(format_status(status), flush=True)
         print(json.dumps({k: summary[k] for k in ("pool_busy_fraction", "solo_pool_busy_fraction", "job_slowdown",
-                                                  "job_slo", "warm_switch_s", "cold_switch_s")}, indent=1))
+                                                  "job_slowdown_basis", "job_slo", "warm_switch_s", "cold_switch_s")}, indent=1))
         print(f"summary: {run_dir / 'mux_summary.json'}  gantt: {run_dir / 'mux_gantt.png'}", flush=True)
         return {"run_dir": str(run_dir), "summary": summary, "status": status}
     finally:

@@ -61,8 +61,15 @@ def build_summary(mux: dict, solo: dict | None) -> dict:
     it = {n: {"mux": _iteration_s(j), "solo": _iteration_s(solo["jobs"][n]) if solo and n in solo["jobs"] else None,
               "profiled_solo": j["profile"].get("solo_iter_s")} for n, j in jobs.items()}
     out["job_iteration_s"] = it
-    out["job_slowdown"] = {n: (v["mux"] / v["solo"]) if v["mux"] and v["solo"] else None for n, v in it.items()}
-    out["job_slo_met"] = {n: (s is not None and s <= out["job_slo"][n]) for n, s in out["job_slowdown"].items()}
+    # Against the solo pass where there is one; else (`--no-solo`) against the profiled
+    # solo iteration, the figure `mux status` shows: before, a run without the solo pass
+    # reported every slowdown as null and every SLO as missed.
+    out["job_slowdown_basis"] = {n: "solo pass" if v["solo"] else "profile" if v["profiled_solo"] else None
+                                 for n, v in it.items()}
+    out["job_slowdown"] = {n: (v["mux"] / (v["solo"] or v["profiled_solo"]))
+                           if v["mux"] and (v["solo"] or v["profiled_solo"]) else None for n, v in it.items()}
+    # None where no slowdown could be measured (a job that failed early): unknown, not missed.
+    out["job_slo_met"] = {n: None if s is None else s <= out["job_slo"][n] for n, s in out["job_slowdown"].items()}
     if solo:
         out["busy_ratio"] = {p: f / solo["pool_busy_fraction"][p] if solo["pool_busy_fraction"].get(p) else None
                              for p, f in mux["pool_busy_fraction"].items()}

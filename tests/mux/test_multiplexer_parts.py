@@ -156,6 +156,14 @@ def test_summary_compares_the_multiplexed_pass_with_the_solo_one():
     for key in ("pool_busy_fraction", "solo_pool_busy_fraction", "job_slowdown", "job_slo", "warm_switch_s",
                 "cold_switch_s"):
         assert key in s
+    assert s["job_slowdown_basis"]["a"] == "solo pass"
+    # Without the solo pass (`--no-solo`): against the profile, as `mux status` shows it.
+    alone = build_summary(mux, None)
+    assert alone["job_slowdown"]["a"] == pytest.approx(1.2) and alone["job_slowdown_basis"]["a"] == "profile"
+    assert alone["job_slo_met"]["a"] is True
+    # A job with too few steps to measure: unknown, not missed.
+    mux["jobs"]["b"] = job([0, 1])
+    assert build_summary(mux, None)["job_slo_met"]["b"] is None
 
 
 
