@@ -128,7 +128,7 @@ def add_parser(subparsers) -> None:
     r = sub.add_parser("run", help="start the multiplexer with the pools and jobs of a yaml",
                        epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("config", help="conf/mux/<name>.yaml")
-    r.add_argument("--no-solo", action="store_true", help="skip the solo baseline (summary has no solo figures)")
+    r.add_argument("--no-solo", action="store_true", help="skip the solo baseline (slowdowns are then taken against each job's profiled solo iteration)")
     r.add_argument("--serve", action="store_true", help="stay up after the listed jobs, for `mux submit` (Ctrl-C ends)")
     r.add_argument("--status-every", type=float, default=15.0, help="seconds between status prints")
     r.add_argument("--quiet", action="store_true", help="no periodic status")
