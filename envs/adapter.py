@@ -9,10 +9,13 @@ names no action is an invalid action: the env is not stepped.
 from __future__ import annotations
 
 import re
+from numbers import Real
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
+from roll_agentic.rollout.env_contract import EnvContractError
 
 # Action names of gymnasium's toy-text envs, in their action-index order.
 KNOWN_ACTION_NAMES: dict[str, list[str]] = {
@@ -97,8 +100,20 @@ class DiscreteTextAdapter(gym.Env):
             return int(m.group())
         return None
 
+    def _inner(self, method: str, out: Any, size: int) -> tuple:
+        """The wrapped env's result, or an error naming it: unpacking an old-gym 4-tuple
+        or a bare observation failed with "cannot unpack non-iterable int object"."""
+        if not isinstance(out, tuple) or len(out) != size or not isinstance(out[-1], dict):
+            shape = "(observation, info)" if size == 2 else "(observation, reward, terminated, truncated, info)"
+            raise EnvContractError(f"{type(self.env.unwrapped).__name__}.{method} must return {shape} with info "
+                                   f"a dict (the gymnasium API), got {type(out).__name__} {out!r:.80}")
+        if size == 5 and (isinstance(out[1], bool) or not isinstance(out[1], Real)):
+            raise EnvContractError(f"{type(self.env.unwrapped).__name__}.step: reward must be a number, "
+                                   f"got {type(out[1]).__name__} {out[1]!r:.80}")
+        return out
+
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        obs, info = self.env.reset(seed=seed, options=options)
+        obs, info = self._inner("reset", self.env.reset(seed=seed, options=options), 2)
         self._last_text = f"{self._render(obs)}\n{self.action_hint}"
         return self._last_text, dict(info)
 
@@ -107,7 +122,8 @@ class DiscreteTextAdapter(gym.Env):
         if index is None:
             return self._last_text, 0.0, False, False, {"invalid_action": True}
         # Discrete(n, start=s) names actions s .. s+n-1: index i is action s + i.
-        obs, reward, terminated, truncated, info = self.env.step(int(self.env.action_space.start) + index)
+        obs, reward, terminated, truncated, info = self._inner(
+            "step", self.env.step(int(self.env.action_space.start) + index), 5)
         self._last_text = f"{self._render(obs)}\n{self.action_hint}"
         return self._last_text, float(reward), bool(terminated), bool(truncated), dict(info)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from envs.adapter import DiscreteTextAdapter
 from envs.registry import EnvSpecError, make_text_env
-from roll_agentic.rollout.env_contract import EnvContractError, check_step
+from roll_agentic.rollout.env_contract import EnvContractError, check_reset, check_step
 
 
 @dataclass
@@ -50,15 +50,16 @@ def check_env(env_id: str, env_kwargs: dict | None = None, seed: int = 0, steps:
     results.append(CheckResult("build", True, f"built {type(env).__name__}"))
 
     try:
-        obs, info = env.reset(seed=seed)
+        out = env.reset(seed=seed)
     except Exception as err:
         results.append(CheckResult("reset types", False, f"reset(seed={seed}) raised {type(err).__name__}: {err}"))
         return results
-    ok = isinstance(obs, str) and isinstance(info, dict)
-    results.append(CheckResult("reset types", ok, "reset() returns (str, dict)" if ok else
-                               f"reset() must return (str, dict), got ({type(obs).__name__}, {type(info).__name__})"))
-    if not ok:
+    try:  # the contract training holds every reset to: unpacking here first misreported a bare
+        check_reset(out)  # "go" as (str, str) and a longer bare string as a raised ValueError
+    except EnvContractError as err:
+        results.append(CheckResult("reset types", False, str(err)))
         return results
+    results.append(CheckResult("reset types", True, "reset() returns (str, dict)"))
 
     replies = _sample_replies(env)
     rng = random.Random(seed)

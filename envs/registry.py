@@ -58,10 +58,21 @@ def make_text_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> gym.
         raise
     except (TypeError, gym.error.Error) as err:
         raise EnvSpecError(f"env_id {env_id!r}: cannot build it with env_kwargs {kwargs} ({err})") from err
+    # A class that declares no spaces failed below with "constructing ... raised
+    # AttributeError", as if its constructor were broken.
+    missing = [n for n in ("observation_space", "action_space") if not hasattr(env, n)]
+    if missing:
+        raise EnvSpecError(f"env_id {env_id!r} declares no {' and no '.join(missing)}; set them in __init__, "
+                           "e.g. self.observation_space = self.action_space = gymnasium.spaces.Text(4096) "
+                           "for a text env")
     if _is_text_space(env.observation_space) and _is_text_space(env.action_space):
         return env
     if isinstance(env.action_space, gym.spaces.Discrete):
         return DiscreteTextAdapter(env)
+    if _is_text_space(env.action_space):  # the message below blamed the (text) action space
+        raise EnvSpecError(
+            f"env_id {env_id!r} has text actions but observation space {env.observation_space}; a text env "
+            "declares observation_space = gymnasium.spaces.Text(...) and returns str observations")
     raise EnvSpecError(
         f"env_id {env_id!r} has action space {env.action_space}; roll-agentic speaks text, so it "
         "needs text actions or a Discrete action space it can name")

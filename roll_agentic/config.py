@@ -8,6 +8,8 @@ and every message names the key and what was expected.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,8 +30,10 @@ class TaskConfig:
     reward: str = "env_return"  # module in rewards/ whose `reward(summary)` scores it
     group_size: int = 8  # GRPO: trajectories of the same task and seed
     weight: float = 1.0  # share of the groups of each step
-    prompt_template: str = ""  # "" = the adapter's default; may use {observation}
-    format_penalty: float = 0.1  # reward lost per unparseable reply (as a fraction of turns)
+    prompt_template: str = ""  # "" = the observation alone; else text around {observation}
+    # reward lost to unparseable replies: the shaped rewards take it as a share of turns, in [0, 1];
+    # env_return as the env's reward units per reply, so it must outweigh the env's cost of a step
+    format_penalty: float = 0.1
     max_new_tokens: int = 8  # decode budget of one agent turn
     pool: str = "default"  # engine pool that serves this task's generation
 
@@ -211,9 +215,40 @@ def _check(errors: list[str], ok: bool, key: str, expected: str, got: Any) -> No
         errors.append(f"{key}: expected {expected}, got {got!r}")
 
 
+def _fills(template: str) -> bool:
+    """Whether the worker's `template.format(observation=obs)` works and shows the observation."""
+    try:
+        return template.format(observation="\0") != template.format(observation="")
+    except (KeyError, IndexError, ValueError, AttributeError):
+        return False
+
+
+def _non_finite(node: Any, key: str) -> list[tuple[str, float]]:
+    """(key, value) of each inf or nan in `node` (a config dataclass, walked).
+
+    The range checks below compare, so nan fails them, but inf passed every "> 0":
+    trainer.lr=inf trained to nan weights and reward.timeout_s=inf failed every call."""
+    out: list[tuple[str, float]] = []
+    if isinstance(node, float) and not math.isfinite(node):
+        out.append((key, node))
+    elif dataclasses.is_dataclass(node):
+        for f in dataclasses.fields(node):
+            if f.name != "env_kwargs":  # the env's own arguments: its author decides
+                out += _non_finite(getattr(node, f.name), f"{key}.{f.name}" if key else f.name)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += _non_finite(v, f"{key}[{i}]")
+    elif isinstance(node, dict):
+        for k, v in node.items():
+            out += _non_finite(v, f"{key}.{k}")
+    return out
+
+
 def validate(cfg: Config) -> Config:
     """Checks ranges and cross-field rules; raises ConfigError naming the first bad key."""
     e: list[str] = []
+    for key, value in _non_finite(cfg, ""):
+        _check(e, False, key, "a finite number", value)
     _check(e, cfg.engine.backend in ("auto", "vllm", "hf"), "engine.backend", "one of auto, vllm, hf", cfg.engine.backend)
     _check(e, cfg.engine.num_engines >= 1, "engine.num_engines", "an integer >= 1", cfg.engine.num_engines)
     _check(e, cfg.engine.temperature > 0, "engine.temperature", "a number > 0", cfg.engine.temperature)
@@ -285,7 +320,13 @@ def validate(cfg: Config) -> Config:
         _check(e, t.max_turns >= 1, f"{k}.max_turns", "an integer >= 1", t.max_turns)
         _check(e, t.group_size >= 2, f"{k}.group_size", "an integer >= 2 (GRPO compares within a group)", t.group_size)
         _check(e, t.weight > 0, f"{k}.weight", "a number > 0", t.weight)
-        _check(e, 0 <= t.format_penalty <= 1, f"{k}.format_penalty", "a number in [0, 1]", t.format_penalty)
+        if t.reward == "env_return":
+            # In the env's own reward units, per unparseable reply (rewards/env_return.py): an env
+            # that charges -1 a step (CliffWalking) needs more than 1, or replying garbage (not
+            # stepped, so never charged) outscores every move and is what the policy learns.
+            _check(e, t.format_penalty >= 0, f"{k}.format_penalty", "a number >= 0", t.format_penalty)
+        else:
+            _check(e, 0 <= t.format_penalty <= 1, f"{k}.format_penalty", "a number in [0, 1]", t.format_penalty)
         _check(e, t.max_new_tokens >= 1, f"{k}.max_new_tokens", "an integer >= 1", t.max_new_tokens)
         # A turn's budget that fills the context leaves no room for its prompt: the
         # episode ended before its first reply and trained on nothing.
@@ -293,6 +334,12 @@ def validate(cfg: Config) -> Config:
                f"at most half of engine.max_model_len ({cfg.engine.max_model_len // 2}), leaving room for "
                "the conversation", t.max_new_tokens)
         _check(e, t.reward.replace("_", "").isalnum(), f"{k}.reward", "the name of a module in rewards/", t.reward)
+        # The worker fills the template with str.format(observation=...) on the first turn: a
+        # template that cannot be filled failed every episode, and one without {observation}
+        # hid the env's first observation (the state) from the policy.
+        _check(e, t.prompt_template == "" or _fills(t.prompt_template), f"{k}.prompt_template",
+               "text with {observation} where the first observation goes (other braces doubled: {{ }})",
+               t.prompt_template)
         _check(e, t.pool in pool_names, f"{k}.pool", f"one of the pools {sorted(pool_names)}", t.pool)
     for i, p in enumerate(cfg.pools):
         _check(e, p.num_engines >= 1, f"pools[{i}].num_engines", "an integer >= 1", p.num_engines)

@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import (
     ConfigAttributeError,
     ConfigKeyError,
+    ConfigTypeError,
     OmegaConfBaseException,
     ValidationError,
 )
@@ -49,6 +50,13 @@ def _one_line(err: BaseException) -> str:
         if cls is not None and dataclasses.is_dataclass(cls):
             valid = "; valid keys here: " + ", ".join(f.name for f in dataclasses.fields(cls))
         return f"unknown config key '{name}'{valid}"
+    if isinstance(cause, ConfigTypeError) and "Cannot merge" in str(cause):
+        # A list where the schema has a mapping or the reverse; Hydra said only "Error merging override".
+        key = getattr(cause, "full_key", "")
+        override = str(err).splitlines()[0].removeprefix("Error merging override ")
+        return (f"override {override}: a list [...] where a mapping {{...}} belongs, or the reverse"
+                f"{f' (at {key!r})' if key else ''}; tasks is a list of mappings, e.g. tasks=[{{name:cliff,env_id:CliffWalking-v1}}], "
+                "and env_kwargs a mapping, e.g. env_kwargs:{size:5}")
     if isinstance(cause, ValidationError):
         key = getattr(cause, "full_key", "") or "?"
         first = str(cause).splitlines()[0]
@@ -63,6 +71,9 @@ def _one_line(err: BaseException) -> str:
     text = str(err).splitlines()[0] if str(err) else type(err).__name__
     if text.startswith("Error parsing override"):
         text += ": write key=value, e.g. trainer.total_steps=5"
+    elif "noviablealt" in text.replace(" ", "").lower():  # the override grammar's words, e.g. tasks[0].x=1
+        text = (f"cannot parse an override ({text.removeprefix('LexerNoViableAltException: ')}): write "
+                "key=value; a list entry is key.N (tasks.0.group_size=4), a mapping {key:value,...}")
     return text
 
 

@@ -1,40 +1,144 @@
-"""A run's tasks checked before anything starts: each env builds, each reward module exists.
+"""A run's tasks checked before anything starts: each env builds, resets and steps,
+each reward module exists and scores that first turn.
 
 Without this a typo in `env_id` or `reward` surfaced minutes into a run:
 every episode failed, the buffer waited out its five minutes of failures
 (a restarting service is not broken), and the run ended in a Ray traceback.
+An env that builds but whose reset raises (or returns the old gym API's bare
+observation), or a reward function with the wrong signature, failed the same
+way: every episode or every reward, so they are checked here too.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import inspect
+import threading
 
 from roll_agentic.config import TaskConfig
+from roll_agentic.reward.outcome import parse_reward
+from roll_agentic.rollout.env_contract import check_reset, check_step
+from roll_agentic.rollout.trajectory import json_scalars
+
+REWARD_CHECK_TIMEOUT_S = 30.0
+
+# What every episode of an untrained policy does first: a reply that names no action.
+_UNPARSEABLE_REPLY = "???"
+
+
+def _env_problem(task: TaskConfig) -> tuple[str, dict]:
+    """Why the task's env cannot run an episode's first turn ("" if it can), and the
+    info of that turn, which the reward check below scores."""
+    from envs.registry import make_text_env
+
+    try:
+        env = make_text_env(task.env_id, task.env_kwargs)
+    except Exception as err:  # noqa: BLE001 - any failure of the user's env is reported as such
+        return (str(err) if isinstance(err, ValueError) else
+                f"env_id {task.env_id!r} failed to build: {type(err).__name__}: {err}"), {}
+    call = "reset(seed=0)"
+    try:
+        check_reset(env.reset(seed=0))
+        call = "step(<a reply that names no action>)"
+        _, reward, terminated, truncated, info = check_step(env.step(_UNPARSEABLE_REPLY))
+    except Exception as err:  # noqa: BLE001 - the env's own bug or a broken contract
+        return (f"env_id {task.env_id!r}: {call} failed: {type(err).__name__}: {err} "
+                f"(run `roll-agentic env check {task.env_id}` for every check)"), {}
+    finally:
+        try:
+            env.close()
+        except Exception:  # noqa: BLE001 - a failing close says nothing about training
+            pass
+    return "", {"env_return": float(reward), "terminated": bool(terminated), "truncated": bool(truncated),
+                "info": json_scalars(info)}
+
+
+def _sample_summary(task: TaskConfig, turn: dict) -> dict:
+    """A summary as the worker sends it (Trajectory.summary) for a one-turn episode."""
+    invalid = bool(turn["info"].get("invalid_action", False))
+    return {"task": task.name, "seed": 0, "env_return": turn["env_return"],
+            "success": bool(turn["info"].get("success", turn["terminated"] and turn["env_return"] > 0)),
+            "terminated": turn["terminated"], "truncated": turn["truncated"], "num_turns": 1,
+            "max_turns": task.max_turns, "num_invalid": int(invalid), "format_penalty": task.format_penalty,
+            "responses": [_UNPARSEABLE_REPLY], "info": turn["info"]}
+
+
+def _call_reward(fn, summary: dict) -> tuple[object, BaseException | None, bool]:
+    """fn(summary) in a daemon thread: (result, error, finished in time). A slow or hung
+    reward must not hold the start (nor, as a pool thread would, the exit)."""
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["result"] = fn(summary)
+        except BaseException as err:  # noqa: BLE001 - reported
+            box["error"] = err
+
+    thread = threading.Thread(target=run, daemon=True, name="reward-check")
+    thread.start()
+    thread.join(REWARD_CHECK_TIMEOUT_S)
+    return box.get("result"), box.get("error"), not thread.is_alive()
+
+
+def _reward_problem(name: str, summary: dict) -> str:
+    """Why `rewards.<name>` cannot score a trajectory, or ""."""
+    expected = f"expected rewards/{name}.py with reward(summary) and handler(event, context)"
+    try:
+        found = importlib.util.find_spec(f"rewards.{name}") is not None
+    except ImportError:  # e.g. a dotted name whose first part is no package
+        found = False
+    if not found:
+        return f"reward {name!r} is not a module in rewards/ ({expected})"
+    try:
+        module = importlib.import_module(f"rewards.{name}")
+    except Exception as err:  # noqa: BLE001 - the module's own import error, named
+        return f"reward {name!r}: importing rewards/{name}.py raised {type(err).__name__}: {err}"
+    # A signature that cannot take the summary failed every call: every trajectory
+    # was left out as reward_failed until the run gave up minutes later.
+    for fn_name, args in (("reward", ("summary",)), ("handler", ("event", "context"))):
+        fn = getattr(module, fn_name, None)
+        if fn is None and fn_name == "handler":
+            continue  # only a serverless deployment calls it
+        if not callable(fn):
+            return f"reward {name!r}: rewards/{name}.py has no function {fn_name}({', '.join(args)}) ({expected})"
+        try:
+            inspect.signature(fn).bind(*args)
+        except TypeError:
+            return (f"reward {name!r}: rewards/{name}.py's {fn_name}{inspect.signature(fn)} cannot be called "
+                    f"as {fn_name}({', '.join(args)}); give it exactly those parameters")
+        except ValueError:  # no signature to read (a builtin): let the call decide
+            pass
+    # One call on a real summary: a reward that raises (a key it expects but the worker
+    # never sends), or returns nan, None or a string, failed every trajectory the same way.
+    result, error, finished = _call_reward(module.reward, summary)
+    if not finished:
+        # Not refused: a first call may load a model for longer than this. The run's
+        # own reward timeouts deal with one that never returns; the start goes on.
+        return ""
+    if error is not None:
+        return (f"reward {name!r}: rewards/{name}.py's reward(summary) raised {type(error).__name__}: {error} "
+                f"on a one-turn episode's summary (keys: {', '.join(summary)})")
+    value, why = parse_reward(result)
+    if value is None:
+        return (f"reward {name!r}: rewards/{name}.py's reward(summary) must return a finite number "
+                f"(or {{'reward': number}}); {why}")
+    return ""
 
 
 def task_problem(tasks: list[TaskConfig]) -> str:
     """What is wrong with the first task that cannot run, in one line; "" if none."""
-    from envs.registry import make_text_env
-
-    built: set[str] = set()
+    turns: dict[str, dict] = {}  # env (id and kwargs) -> the info of its checked first turn
     for i, task in enumerate(tasks):
         where = f"tasks[{i}] ({task.name})"
         key = repr((task.env_id, sorted(task.env_kwargs.items())))
-        if key not in built:
-            try:
-                env = make_text_env(task.env_id, task.env_kwargs)
-            except Exception as err:  # noqa: BLE001 - any failure of the user's env is reported as such
-                return f"{where}: {err}" if isinstance(err, ValueError) else (
-                    f"{where}: env_id {task.env_id!r} failed to build: {type(err).__name__}: {err}")
-            env.close()
-            built.add(key)
-        try:
-            found = importlib.util.find_spec(f"rewards.{task.reward}") is not None
-        except ImportError:  # e.g. a dotted name whose first part is no package
-            found = False
-        if not found:
-            return (f"{where}: reward {task.reward!r} is not a module in rewards/ "
-                    f"(expected rewards/{task.reward}.py with reward(summary) and handler(event, context))")
+        if key not in turns:
+            problem, turns[key] = _env_problem(task)
+            if problem:
+                return f"{where}: {problem}"
+        problem = _reward_problem(task.reward, _sample_summary(task, turns[key]))
+        if problem:
+            return f"{where}: {problem}"
     return ""
 
 

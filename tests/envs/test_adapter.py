@@ -75,7 +75,7 @@ class _WrongTypes:
 def test_checker_names_wrong_types():
     results = check_env("tests.envs.test_adapter:_WrongTypes")
     bad = [r for r in results if not r.ok]
-    assert bad and "reset() must return (str, dict), got (int, dict)" in bad[0].detail
+    assert bad and bad[0].detail == "reset: observation must be str, got int 42"  # the contract training uses
 
 
 class _NumpyStep(_WrongTypes):

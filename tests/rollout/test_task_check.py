@@ -1,5 +1,12 @@
 """A run's tasks are checked before anything starts: one line naming the task, not a failing run."""
 
+import sys
+import textwrap
+
+import gymnasium as gym
+import pytest
+
+import rewards
 from roll_agentic.config import TaskConfig
 from roll_agentic.rollout.task_check import task_problem
 
@@ -24,3 +31,96 @@ def test_a_reward_module_that_does_not_exist_is_named():
     problem = task_problem([TaskConfig(name="g", env_id="CliffWalking-v1"),
                             TaskConfig(name="h", env_id="CliffWalking-v1", reward="frozen_lake")])
     assert problem.startswith("tasks[1] (h): reward 'frozen_lake' is not a module in rewards/")
+
+
+# -- an env that builds but cannot play, a reward that cannot score: every episode failed,
+# and the run gave up only after five minutes of failures. Now one line before the start.
+
+
+class ResetRaises(gym.Env):
+    def __init__(self):
+        self.observation_space = gym.spaces.Text(64)
+        self.action_space = gym.spaces.Text(64)
+
+    def reset(self, *, seed=None, options=None):
+        raise RuntimeError("the simulator is not installed")
+
+    def step(self, action):
+        return "x", 0.0, True, False, {}
+
+
+class StepRaisesOnGarbage(ResetRaises):
+    def reset(self, *, seed=None, options=None):
+        return "Say a move.", {}
+
+    def step(self, action):
+        return "moved", 0.0, True, False, {"move": ["north", "south"].index(action)}
+
+
+def test_an_env_whose_reset_raises_is_named_before_the_run():
+    problem = task_problem([TaskConfig(name="sim", env_id=f"{__name__}:ResetRaises")])
+    assert problem.startswith(f"tasks[0] (sim): env_id '{__name__}:ResetRaises': reset(seed=0) failed: "
+                              "RuntimeError: the simulator is not installed")
+
+
+def test_an_env_that_raises_on_an_unparseable_reply_is_named_before_the_run():
+    problem = task_problem([TaskConfig(name="sim", env_id=f"{__name__}:StepRaisesOnGarbage")])
+    assert problem.startswith(f"tasks[0] (sim): env_id '{__name__}:StepRaisesOnGarbage': "
+                              "step(<a reply that names no action>) failed: ValueError")
+
+
+@pytest.fixture
+def user_rewards(tmp_path, monkeypatch):
+    """Writes reward modules into a folder the `rewards` package also searches."""
+    monkeypatch.setattr(rewards, "__path__", [*rewards.__path__, str(tmp_path)])
+
+    def write(name: str, source: str) -> str:
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+        monkeypatch.delitem(sys.modules, f"rewards.{name}", raising=False)
+        return name
+
+    return write
+
+
+@pytest.mark.parametrize("source, message", [
+    ("def reward(summary, scale):\n    return 1.0\n",
+     "reward(summary, scale) cannot be called as reward(summary); give it exactly those parameters"),
+    ("def reward(summary):\n    return 1.0\ndef handler(event):\n    return reward(event)\n",
+     "handler(event) cannot be called as handler(event, context)"),
+    ("def reward(summary):\n    return summary['code']\n",
+     "reward(summary) raised KeyError: 'code' on a one-turn episode's summary (keys: task, seed, env_return"),
+    ("def reward(summary):\n    return float('nan')\n",
+     "reward(summary) must return a finite number (or {'reward': number}); the reward is not finite: nan"),
+    ("def reward(summary):\n    return None\n", "must return a finite number (or {'reward': number}); the reward is not a number: None"),
+    ("def reward(summary):\n    return '0.5'\n", "the reward is not a number: '0.5'"),
+    ("def reward(summary):\n    return {'score': 1.0}\n", "returned a dict without a 'reward' key: ['score']"),
+    ("def score(summary):\n    return 1.0\n", "has no function reward(summary)"),
+    ("import a_package_nobody_installed\ndef reward(summary):\n    return 1.0\n",
+     "raised ModuleNotFoundError: No module named 'a_package_nobody_installed'"),
+])
+def test_a_reward_that_cannot_score_is_named_before_the_run(user_rewards, source, message):
+    name = user_rewards("mine", source)
+    problem = task_problem([TaskConfig(name="cliff", env_id="CliffWalking-v1", reward=name)])
+    assert problem.startswith("tasks[0] (cliff): reward 'mine': ") and message in problem, problem
+
+
+def test_a_slow_reward_does_not_hold_the_start(user_rewards, monkeypatch):
+    """A first call may load a model: past the check's wait the start goes on (the run's
+    reward timeouts handle a reward that never returns), and nothing waits out the sleep."""
+    import time
+
+    import roll_agentic.rollout.task_check as task_check
+
+    monkeypatch.setattr(task_check, "REWARD_CHECK_TIMEOUT_S", 0.5)
+    name = user_rewards("sleepy", "import time\ndef reward(summary):\n    time.sleep(60)\n")
+    t0 = time.monotonic()
+    assert task_problem([TaskConfig(name="cliff", env_id="CliffWalking-v1", reward=name)]) == ""
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_dict_result_and_every_shipped_task_pass(user_rewards):
+    name = user_rewards("as_dict", "def reward(summary):\n    return {'reward': 1.0, 'detail': 'x'}\n")
+    assert task_problem([TaskConfig(name="cliff", env_id="CliffWalking-v1", reward=name)]) == ""
+    shipped = [("envs.frozenlake:FrozenLakeText", "frozenlake"), ("envs.guess_number:GuessNumber", "guess_number"),
+               ("envs.tail_turns:TailTurnsEnv", "env_return"), ("envs.single_turn:SingleTurnPrompt", "code_exec")]
+    assert task_problem([TaskConfig(name=f"t{i}", env_id=e, reward=r) for i, (e, r) in enumerate(shipped)]) == ""

@@ -1,0 +1,111 @@
+"""A newcomer's own env gets its shapes or spaces wrong: one message that names the fix.
+
+The envs below are real gymnasium envs with the mistakes people make; they are
+built by `module:Class` exactly as a task's env_id would name them.
+"""
+
+import gymnasium as gym
+import pytest
+from gymnasium import spaces
+
+from envs.checker import check_env
+from envs.registry import EnvSpecError, make_text_env
+from roll_agentic.rollout.env_contract import EnvContractError
+
+HERE = __name__
+
+
+class ForgotTheSpaces(gym.Env):
+    def reset(self, *, seed=None, options=None):
+        return "start", {}
+
+    def step(self, action):
+        return "done", 0.0, True, False, {}
+
+
+class TextActionsIntObservations(gym.Env):
+    def __init__(self):
+        self.observation_space = spaces.Discrete(4)
+        self.action_space = spaces.Text(16)
+
+    def reset(self, *, seed=None, options=None):
+        return 0, {}
+
+    def step(self, action):
+        return 0, 0.0, True, False, {}
+
+
+class ResetReturnsBareText(gym.Env):
+    """The old gym API: reset returned the observation alone."""
+
+    def __init__(self):
+        self.observation_space = spaces.Text(64)
+        self.action_space = spaces.Text(64)
+
+    def reset(self, *, seed=None, options=None):
+        return "hello there"
+
+    def step(self, action):
+        return "x", 0.0, True, False, {}
+
+
+class OldGymDiscrete(gym.Env):
+    """The old gym API on a Discrete env: reset gives an int, step a 4-tuple."""
+
+    def __init__(self):
+        self.observation_space = spaces.Discrete(3)
+        self.action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        return 0
+
+    def step(self, action):
+        return 1, 0.0, True, {}
+
+
+class DiscreteStepRewardIsText(gym.Env):
+    def __init__(self):
+        self.observation_space = spaces.Discrete(3)
+        self.action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        return 0, {}
+
+    def step(self, action):
+        return 1, "1.0", True, False, {}
+
+
+def test_an_env_without_spaces_is_told_to_declare_them():
+    # was: "constructing ... raised AttributeError", as if __init__ were broken
+    with pytest.raises(EnvSpecError, match="declares no observation_space and no action_space; set them"):
+        make_text_env(f"{HERE}:ForgotTheSpaces")
+
+
+def test_text_actions_with_non_text_observations_blame_the_observation_space():
+    # was: "has action space Text(...); ... needs text actions", blaming the one part that was right
+    with pytest.raises(EnvSpecError, match=r"has text actions but observation space Discrete\(4\)"):
+        make_text_env(f"{HERE}:TextActionsIntObservations")
+
+
+def test_checker_reports_a_bare_reset_as_the_contract_it_breaks():
+    # was: "reset(seed=0) raised ValueError: too many values to unpack (expected 2)"
+    results = {r.name: r for r in check_env(f"{HERE}:ResetReturnsBareText")}
+    assert not results["reset types"].ok
+    assert results["reset types"].detail == (
+        "reset must return (observation: str, info: dict), got str 'hello there'")
+
+
+def test_adapter_names_the_wrapped_env_and_the_gymnasium_api():
+    env = make_text_env(f"{HERE}:OldGymDiscrete")
+    # was: TypeError "cannot unpack non-iterable int object", from inside the adapter
+    with pytest.raises(EnvContractError, match=r"OldGymDiscrete.reset must return \(observation, info\)"):
+        env.reset(seed=0)
+    env = make_text_env(f"{HERE}:DiscreteStepRewardIsText")
+    env.reset(seed=0)
+    # was: ValueError "could not convert string to float: '1.0'"
+    with pytest.raises(EnvContractError, match="DiscreteStepRewardIsText.step: reward must be a number"):
+        env.step("1")
+
+
+def test_a_well_formed_discrete_env_still_passes_every_check():
+    assert all(r.ok for r in check_env("CliffWalking-v1")), check_env("CliffWalking-v1")
