@@ -9,7 +9,8 @@ current weights only).
 - Long round: once P0 prompts are queued, exactly P0 of them run with R0
   responses each and no over-provisioning, and the round waits for all.
 For agentic tasks a prompt is a task instance (task, seed) and a response is
-one trajectory of it. The long queue is part of the checkpoint.
+one trajectory of it. The long queue is part of the checkpoint, and a long round
+open at a checkpoint runs again on resume as that long round (its prompts, its fill).
 
 Several tasks: the long queue holds the slow task's prompts, so a long round
 would train on that task alone. One-task steps cost the other tasks what
@@ -59,6 +60,10 @@ class TailBatchingBuffer(TrajectoryBuffer):
         # advanced (and so started the next round), and describe the round it trained.
         self.closed_round_kind = ""
         self._round_tickets: deque[Ticket] = deque()
+        # A long round's prompts, deferred (from the long queue) and fill: a checkpoint
+        # saves them as such, so a resume runs them as that long round again.
+        self._round_prompts: list[tuple[str, int]] = []
+        self._round_fill: list[tuple[str, int]] = []
         self._round_groups: set[str] = set()
         self._round_done = 0
         self._closed: dict[int, asyncio.Event] = {}
@@ -68,7 +73,8 @@ class TailBatchingBuffer(TrajectoryBuffer):
         self._start_round()
 
     # -- rounds -----------------------------------------------------------------------------
-    def _start_round(self) -> None:
+    def _start_round(self, fill: list[tuple[str, int]] | None = None) -> None:
+        """Opens the next round; `fill`: a resumed long round's fill prompts (drawn before)."""
         p0 = self.groups_per_step
         self._done_groups.clear()
         self.round_id += 1
@@ -80,7 +86,9 @@ class TailBatchingBuffer(TrajectoryBuffer):
             self.round_kind = "long"
             self.tail["rounds_long"] += 1
             prompts = [self.long_queue.popleft() for _ in range(p0)]
-            fill = self._fill_prompts(Counter(task for task, _ in prompts)) if self.fill_tasks else []
+            if fill is None:
+                fill = self._fill_prompts(Counter(task for task, _ in prompts)) if self.fill_tasks else []
+            self._round_prompts, self._round_fill = prompts, fill
             self._round_target = p0 + len(fill)
             for task, seed in prompts + fill:
                 r0 = self._group_size[task]
@@ -88,6 +96,7 @@ class TailBatchingBuffer(TrajectoryBuffer):
         else:
             self.round_kind = "short"
             self.tail["rounds_short"] += 1
+            self._round_prompts, self._round_fill = [], []
             for _ in range(math.ceil(self.eta * p0)):
                 if self._requeued:  # prompts of a round cut short by a resume come first
                     t = self._requeued.popleft()
@@ -216,10 +225,21 @@ class TailBatchingBuffer(TrajectoryBuffer):
 
     def export_state(self) -> dict:
         state = super().export_state()
-        # Prompts of the running round (issued or not) are re-issued first on resume.
-        state["requeued"] += [{"task": t.task, "seed": t.seed, "group_size": self._group_size[t.task]}
-                              for t in self._round_tickets]
-        state["long_queue"] = [list(x) for x in self.long_queue]
+        if self.round_kind == "long":
+            # Its prompts go back to the head of the long queue, not to `requeued`: a resume
+            # raced them again in a short round, cut off as before and re-deferred, when they
+            # had been deferred to this round (run without a cut-off). Every issued, open or
+            # ready group of the running round is one of them; only `_requeued` is not.
+            state["requeued"] = [{"task": t.task, "seed": t.seed, "group_size": t.group_size}
+                                 for t in self._requeued]
+            queue = self._round_prompts + list(self.long_queue)
+            state["round_fill"] = [list(x) for x in self._round_fill]
+        else:
+            # Prompts of the running short round (issued or not) are re-issued first on resume.
+            state["requeued"] += [{"task": t.task, "seed": t.seed, "group_size": self._group_size[t.task]}
+                                  for t in self._round_tickets]
+            queue = list(self.long_queue)
+        state["long_queue"] = [list(x) for x in queue]
         state["tail"], state["round_kind"] = dict(self.tail), self.round_kind
         return state
 
@@ -233,7 +253,10 @@ class TailBatchingBuffer(TrajectoryBuffer):
             kind = state["round_kind"]
         self.tail["rounds_short" if kind == "short" else "rounds_long"] -= 1  # it starts again below
         self.round_id -= 1
-        self._start_round()
+        fill = None
+        if kind == "long" and "round_fill" in state:  # the same long round: its prompts head the queue
+            fill = [(task, seed) for task, seed in state["round_fill"]] if self.fill_tasks else []
+        self._start_round(fill)
 
     def metrics(self) -> dict[str, float]:
         m = super().metrics()

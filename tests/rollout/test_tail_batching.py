@@ -114,8 +114,9 @@ def test_responses_have_their_own_overprovisioning():
     asyncio.run(main())
 
 
-async def _to_long_round(buf, slow: str, step: int = 1) -> list:
-    """Short rounds where every `slow` prompt loses the race, until a long round opens; its tickets."""
+async def _to_long_round(buf, slow: str, step: int = 1, drain: bool = True) -> list:
+    """Short rounds where every `slow` prompt loses the race, until a long round opens; its
+    tickets (none issued when not `drain`)."""
     p0 = buf.groups_per_step
     while buf.round_kind != "long":
         tickets = await _drain_tickets(buf)
@@ -125,7 +126,7 @@ async def _to_long_round(buf, slow: str, step: int = 1) -> list:
         await buf.get_batch(p0, 0)
         await buf.advance(step)
         step += 1
-    return await _drain_tickets(buf)
+    return await _drain_tickets(buf) if drain else []
 
 
 def test_a_long_round_also_runs_the_tasks_its_queue_lacks():
@@ -174,4 +175,32 @@ def test_a_round_whose_groups_all_fail_ends_the_run_instead_of_waiting_for_ever(
                 assert "groups in a row failed" in str(e)
             else:
                 raise AssertionError("no error")
+    asyncio.run(main())
+
+
+def test_a_resume_runs_the_long_round_its_deferred_prompts_were_waiting_for():
+    """Checkpoints are taken after `advance`, i.e. with the next round open. When that was a
+    long round, a resume raced its deferred prompts again in an over-provisioned short round
+    (cut off and deferred again) beside fresh prompts, instead of running them to the end."""
+    async def main():
+        shares = [TaskShare("slow", 1.0, 2), TaskShare("fast", 1.0, 2)]
+        buf = TailBatchingBuffer(shares, groups_per_step=4, eta=2.0, eta_responses=1.5, seed=5)
+        await _to_long_round(buf, "slow", drain=False)
+        expected = sorted((t.task, t.seed) for t in buf._round_tickets)
+        # mid-round: one group done (ready), one issued and open, the rest not handed out
+        done, _open = await buf.next_ticket(), await buf.next_ticket()
+        await buf.put_many([_traj(done, i) for i in range(2)])
+        state = buf.export_state()
+        clone = TailBatchingBuffer(shares, groups_per_step=4, eta=2.0, eta_responses=1.5, seed=77)
+        clone.import_state(state)
+        assert clone.round_kind == "long"
+        resumed = await _drain_tickets(clone)
+        assert sorted((t.task, t.seed) for t in resumed) == expected  # deferred and fill prompts, none new
+        assert all(t.group_size == t.keep == 2 for t in resumed)  # no over-provisioning, no cut-off
+        assert clone.tail["rounds_long"] == buf.tail["rounds_long"]  # the round is counted once
+        for t in resumed:
+            await clone.put_many([_traj(t, i) for i in range(2)])
+        assert len(await clone.get_batch(4, 0)) == len(expected) and not clone.long_queue
+        await clone.advance(clone.state.version + 1)
+        assert clone.round_kind == "short"
     asyncio.run(main())
