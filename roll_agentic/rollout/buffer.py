@@ -199,7 +199,8 @@ class TrajectoryBuffer:
         if len(ok) < 2:  # GRPO needs two to compare; re-roll the same prompt
             self._group_failed()
             self.counters.trajectories_dropped += len(members)
-            self._requeued.append(ticket)
+            if not any(t.status == "prompt_too_long" for t in members):  # a re-roll would meet it again
+                self._requeued.append(ticket)
             self._granted -= 1
         else:
             self.counters.trajectories_dropped += failed
@@ -283,8 +284,12 @@ class TrajectoryBuffer:
         self._credit.update(state.get("credit", {}))
         # The run's totals go on from where they were (before, `buffer/*` restarted at 0 on resume).
         self.counters = BufferCounters(**state.get("counters", {}))
-        self._requeued = deque(Ticket("", r["task"], r["seed"], r["group_size"], self.state.version)
-                               for r in state["requeued"])
+        # A resume runs with this run's task list (job.py says what changed): a prompt of a
+        # task no longer configured has no worker that can play it (its ticket killed the
+        # worker on a KeyError, and the trainer then waited forever), and a re-rolled
+        # prompt gets the group size configured now.
+        self._requeued = deque(Ticket("", r["task"], r["seed"], self._group_size[r["task"]], self.state.version)
+                               for r in state["requeued"] if r["task"] in self._group_size)
 
     def metrics(self) -> dict[str, float]:
         m = {f"buffer/{k}": float(v) for k, v in vars(self.counters).items()}

@@ -64,8 +64,6 @@ class TemplateChatFormat:
 
     def __init__(self, tokenizer):
         self.tok = tokenizer
-        eos = tokenizer.eos_token_id
-        self.stop_token_ids = tuple([eos] if eos is not None else [])
         exchange = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
         base = template_ids(tokenizer, exchange)
         probe = template_ids(tokenizer, [*exchange, {"role": "user", "content": "z"}], add_generation_prompt=True)
@@ -73,8 +71,16 @@ class TemplateChatFormat:
             raise ValueError("the tokenizer's chat template renders earlier turns differently once a turn is "
                              "added, so turns cannot be appended as token ids; use another template")
         self._base_len = len(base)
-        ends = [i for i, t in enumerate(base) if t in self.stop_token_ids]
-        self._after_end = base[ends[-1] + 1 :] if ends else []  # e.g. the newline after <|im_end|>
+        # The token that ends a reply is the template's, which need not be the eos token
+        # (Phi-3: <|end|> vs <|endoftext|>; Gemma: <end_of_turn> vs <eos>). Stopping on eos
+        # alone let replies run past their turn, and a reply closed by the model got a
+        # second, foreign closing token: ids the template never renders.
+        end, self._after_end = _turn_end(tokenizer, exchange, base)
+        eos = tokenizer.eos_token_id
+        self.stop_token_ids = tuple(dict.fromkeys(t for t in (end, eos) if t is not None))  # closing token first
+        if end is None:
+            ends = [i for i, t in enumerate(base) if t in self.stop_token_ids]
+            self._after_end = base[ends[-1] + 1 :] if ends else []  # e.g. the newline after <|im_end|>
 
     def observation_tokens(self, text: str, first: bool, last_reply_closed: bool) -> list[int]:
         msg = [{"role": "user", "content": text}]
@@ -87,6 +93,20 @@ class TemplateChatFormat:
 
     def decode(self, token_ids: list[int]) -> str:
         return self.tok.decode(token_ids, skip_special_tokens=True)
+
+
+def _turn_end(tokenizer, exchange: list[dict], base: list[int]) -> tuple[int | None, list[int]]:
+    """The special token the template writes right after a reply's text, and the ids after it
+    (e.g. <|im_end|> and a newline); (None, []) if the template has no such token."""
+    prompt = template_ids(tokenizer, exchange[:1], add_generation_prompt=True)
+    reply = tokenizer.encode(exchange[1]["content"], add_special_tokens=False)
+    if base[: len(prompt)] != prompt or base[len(prompt) : len(prompt) + len(reply)] != reply:
+        return None, []
+    rest = base[len(prompt) + len(reply) :]
+    special = set(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    if not rest or rest[0] not in special:
+        return None, []
+    return rest[0], rest[1:]
 
 
 def chat_format_for(tokenizer) -> ChatFormat:

@@ -78,7 +78,7 @@ class Trajectory:
     env_info: dict[str, Any] = field(default_factory=dict)  # the last step's info: JSON scalars only
     reward: float | None = None
     reward_info: dict[str, Any] = field(default_factory=dict)
-    status: str = "running"  # running | ok | reward_failed | env_failed | engine_failed | cancelled
+    status: str = "running"  # running | ok | reward_failed | env_failed | engine_failed | stale | prompt_too_long | cancelled
     error: str = ""
     restarts: int = 0
     llm_s: float = 0.0

@@ -37,12 +37,33 @@ class EnvFailure(RuntimeError):
     pass
 
 
+class PromptTooLong(EnvFailure):
+    """The first observation leaves no room for a reply: nothing to train on, and a retry
+    would meet the same prompt."""
+
+
 class Stale(Exception):
     pass
 
 
 class BufferStopped(Exception):
     """The buffer stopped before a held group's step opened: the group never starts."""
+
+
+def _contained(call: Any, name: str) -> Any:
+    """`call` with an env's sys.exit() (or a KeyboardInterrupt it raises) turned into an EnvFailure.
+
+    Raised in the env's thread and awaited, a SystemExit or KeyboardInterrupt is re-raised
+    by asyncio out of the event loop: one env's exit() ended the worker and every episode
+    on it, and the trainer waited forever for their groups."""
+    @functools.wraps(call)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return call(*args, **kwargs)
+        except (SystemExit, KeyboardInterrupt) as err:
+            raise EnvFailure(f"env call {name} raised {type(err).__name__}: {err}") from None
+
+    return run
 
 
 class RolloutWorker:
@@ -187,7 +208,7 @@ class RolloutWorker:
             return free.pop()
         try:
             return make_text_env(task.env_id, task.env_kwargs)
-        except Exception as err:  # the env's failure (labelled so), not the engine's: no engine back-off
+        except (Exception, SystemExit) as err:  # the env's failure (labelled so), not the engine's: no back-off
             raise EnvFailure(f"env call make({task.env_id!r}) raised {type(err).__name__}: {err}") from err
 
     async def _env_call(self, fn, *args, **kwargs):
@@ -196,7 +217,7 @@ class RolloutWorker:
         # episodes stepping at once the event loop's share of a hop went from
         # ~2 ms to ~6 ms (measured on a no-op env) -- latency every turn pays.
         # The executor runs bursts of fast calls on one or two threads (elastic_executor.py).
-        call = faults.env_call(checked(fn))  # wrong types from the env are its failure, not the engine's
+        call = _contained(faults.env_call(checked(fn)), getattr(fn, "__name__", "env call"))
         loop = asyncio.get_running_loop()
         if self._env_executor is None:
             self._env_executor = ElasticExecutor(loop, max_threads=ENV_THREADS)
@@ -217,6 +238,8 @@ class RolloutWorker:
             if expired:
                 raise EnvFailure(f"env call {fn.__name__} exceeded {self.env_step_timeout_s}s") from None
             raise  # the episode itself was cancelled (aborted)
+        except EnvFailure:
+            raise
         except Exception as err:  # an env's own bug must cost one episode, not the worker
             raise EnvFailure(f"env call {fn.__name__} raised {type(err).__name__}: {err}") from err
         finally:
@@ -229,7 +252,7 @@ class RolloutWorker:
         self.in_flight += 1
         t0 = time.perf_counter()
         traj: Trajectory | None = None
-        error, cancelled = "", False
+        error, status = "", ""
         try:
             for attempt in range(MAX_RESTARTS + 1):
                 try:
@@ -237,19 +260,23 @@ class RolloutWorker:
                     break
                 except Stale:
                     self.counters["stale_restarts"] += 1
-                    error = "stale"
+                    error = f"attempt {attempt + 1} fell more than alpha={self.alpha} weight versions behind its start"
+                    status = "stale"
                 except BufferStopped as err:
-                    error, cancelled = str(err), True
+                    error, status = str(err), "cancelled"
+                    break
+                except PromptTooLong as err:
+                    self.counters["env_failures"] += 1
+                    error, status = str(err), "prompt_too_long"  # the buffer does not re-roll it
                     break
                 except EnvFailure as err:
                     self.counters["env_failures"] += 1
-                    error = str(err)
+                    error, status = str(err), "env_failed"
                 except Exception as err:  # engine actor died or refused: re-route and retry
                     self.counters["engine_failures"] += 1
-                    error = f"{type(err).__name__}: {err}"
+                    error, status = f"{type(err).__name__}: {err}", "engine_failed"
                     await asyncio.sleep(ENGINE_RETRY_S * 2**attempt)  # a restarting engine needs seconds
-            if traj is None:
-                status = "cancelled" if cancelled else "env_failed" if "env call" in error else "engine_failed"
+            if traj is None:  # labelled by the last attempt's failure (a stale one was "engine_failed")
                 traj = Trajectory(traj_id, ticket.group_id, task.name, ticket.seed, ticket.issued_version,
                                   status=status, error=error)
             else:
@@ -336,6 +363,10 @@ class RolloutWorker:
             before = len(conv.token_ids)
             conv.add_observation(text)
             if len(conv.token_ids) + task.max_new_tokens > self.max_model_len:
+                if turn == 0:  # an "ok" episode of zero tokens crashed the trainer's batch
+                    raise PromptTooLong(f"task {task.name!r} seed {ticket.seed}: the first prompt ({len(conv.token_ids)} "
+                                        f"tokens) + max_new_tokens ({task.max_new_tokens}) exceeds "
+                                        f"engine.max_model_len ({self.max_model_len})")
                 conv.token_ids, conv.loss_mask, conv.logprobs = (conv.token_ids[:before], conv.loss_mask[:before],
                                                                  conv.logprobs[:before])
                 traj.truncated = True  # the context is full: end the episode, keep what it did

@@ -140,3 +140,18 @@ def test_without_prepare_ahead_no_ticket_is_held():
         tickets = await buf.next_tickets(10)
         assert len(tickets) == 4 and all(t.opens_at_step == 0 for t in tickets)  # alpha = 1: two steps, open
     asyncio.run(main())
+
+
+def test_resume_with_another_task_list_reissues_only_prompts_of_configured_tasks():
+    """A resumed run may drop a task or change a group size: a saved prompt of a dropped task
+    used to be issued anyway (no worker can play it), with the old group size."""
+    async def main():
+        buf = TrajectoryBuffer([TaskShare("a", 1.0, 2), TaskShare("b", 1.0, 2)], groups_per_step=4, alpha=0)
+        saved = await buf.next_tickets(4)
+        assert {t.task for t in saved} == {"a", "b"}
+        clone = TrajectoryBuffer([TaskShare("a", 1.0, 4)], groups_per_step=4, alpha=0)
+        clone.import_state(buf.export_state())
+        reissued = await clone.next_tickets(4)
+        assert [(t.task, t.seed) for t in reissued[:2]] == [(t.task, t.seed) for t in saved if t.task == "a"]
+        assert all(t.task == "a" and t.group_size == 4 for t in reissued)
+    asyncio.run(main())

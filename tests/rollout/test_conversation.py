@@ -72,3 +72,35 @@ def test_template_turns_are_the_templates_own_ids(tokenizer):
     assert tok.decode(conv.token_ids) == tok.decode(whole)
     assert conv.token_ids == whole
     assert [i for i, m in zip(conv.token_ids, conv.loss_mask, strict=True) if m] == reply
+
+
+PHI3_LIKE_TEMPLATE = (  # the turn ends with <|end|>; the eos token is another one (Phi-3, Gemma)
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_a_template_whose_turn_end_is_not_eos_stops_and_closes_on_its_own_token(tokenizer):
+    """Stopping on eos alone, a reply ran past its turn's end token, and a reply the model
+    closed got the eos appended as a second closing token: ids the template never renders."""
+    import copy
+
+    tok = copy.deepcopy(tokenizer)
+    tok.eos_token = "<|endoftext|>"
+    tok.chat_template = PHI3_LIKE_TEMPLATE
+    end = tok.convert_tokens_to_ids(END)
+    fmt = TemplateChatFormat(tok)
+    assert fmt.stop_token_ids[0] == end and tok.eos_token_id in fmt.stop_token_ids
+    messages = [{"role": "user", "content": "first"}, {"role": "assistant", "content": "move left"},
+                {"role": "user", "content": "second"}, {"role": "assistant", "content": "up"},
+                {"role": "user", "content": "third"}]
+    conv = Conversation(fmt)
+    conv.add_observation("first")
+    closed = tok.encode("move left", add_special_tokens=False) + [end]
+    conv.add_reply(closed, [-0.1] * len(closed))
+    conv.add_observation("second")
+    cut = tok.encode("up", add_special_tokens=False)  # hit max_tokens: the framework closes it, mask 0
+    conv.add_reply(cut, [-0.2] * len(cut))
+    conv.add_observation("third")
+    assert conv.token_ids == template_ids(tok, messages, add_generation_prompt=True)
+    assert [i for i, m in zip(conv.token_ids, conv.loss_mask, strict=True) if m] == closed + cut

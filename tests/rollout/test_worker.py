@@ -43,7 +43,7 @@ class CountedResets(SlowCounter):
 
 
 def _setup(model_path, alpha, delay, group_size=2, env="SlowCounter", prepare_ahead=False):
-    task = TaskConfig(name="count", env_id=f"tests.rollout.test_worker:{env}",
+    task = TaskConfig(name="count", env_id=env if ":" in env else f"tests.rollout.test_worker:{env}",
                       env_kwargs={"delay": delay}, max_turns=5, reward="env_return", group_size=group_size,
                       max_new_tokens=4)
     engine = EngineHost("hf", model_path, EngineConfig(), seed=0)

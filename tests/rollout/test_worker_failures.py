@@ -1,0 +1,87 @@
+"""How the worker labels episodes it cannot finish: a clear status, never an untrainable "ok"."""
+
+import asyncio
+import sys
+
+from safetensors.torch import save_file
+
+from tests.rollout.test_worker import SlowCounter, _setup
+
+
+class ExitingEnv(SlowCounter):
+    """Its simulator gives up on the second step the way some do: sys.exit()."""
+
+    def step(self, action):
+        if self.t == 1:
+            sys.exit("simulator gave up")
+        return super().step(action)
+
+
+def test_a_first_prompt_that_leaves_no_room_to_reply_fails_the_episode_with_the_reason(tiny_model_path):
+    """Such an episode was "ok" with zero tokens; a micro-batch of them crashed the trainer
+    (an empty float tensor of input ids). It now fails, says why, and is neither retried
+    nor re-rolled: the same prompt would never fit."""
+    async def main():
+        engine, buffer, worker = _setup(tiny_model_path, alpha=0, delay=0.0)
+        worker.max_model_len = 8  # "<|user|> count 0 <|assistant|>" + 4 new tokens do not fit
+        run = asyncio.ensure_future(worker.run())
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if buffer.counters.groups_dropped_failed >= 2:
+                break
+        await buffer.stop()
+        await worker.stop()
+        await asyncio.wait_for(run, 30)
+        return engine, buffer, worker
+
+    engine, buffer, worker = asyncio.run(main())
+    assert buffer.counters.groups_dropped_failed >= 2 and not buffer._ready and not buffer._requeued
+    assert buffer.last_error.startswith("prompt_too_long: task 'count'")
+    assert "exceeds engine.max_model_len (8)" in buffer.last_error
+    assert worker.counters["env_failures"] == 2 * buffer.counters.groups_dropped_failed  # no retries
+    assert "count" not in engine.per_task  # nothing was sent to the engine
+
+
+def test_an_episode_stale_on_every_attempt_is_labelled_stale_not_an_engine_failure(tiny_model_path, tmp_path):
+    async def main():
+        engine, buffer, worker = _setup(tiny_model_path, alpha=0, delay=0.15)
+        weights = tmp_path / "w.safetensors"
+        save_file({k: v.contiguous() for k, v in engine.engine.model.state_dict().items()
+                   if k != "lm_head.weight"}, str(weights))
+        run = asyncio.ensure_future(worker.run())
+        version = 0
+        while not buffer.counters.groups_dropped_failed and version < 200:  # a new version every 0.1 s:
+            await asyncio.sleep(0.1)  # no three-turn episode (0.45 s of env steps) stays on one version
+            version += 1
+            await engine.load_weights(version, str(weights))
+        await buffer.stop()
+        await worker.stop()
+        await asyncio.wait_for(run, 30)
+        return buffer, worker
+
+    buffer, worker = asyncio.run(main())
+    assert buffer.counters.groups_dropped_failed >= 1
+    assert buffer.last_error.startswith("stale: attempt 4 fell more than alpha=0 weight versions behind")
+    assert worker.counters["engine_failures"] == 0 and worker.counters["stale_restarts"] >= 8
+
+
+def test_an_env_that_calls_sys_exit_fails_its_episode_not_the_worker(tiny_model_path):
+    """A SystemExit raised in an env's thread was re-raised by asyncio out of the worker's
+    event loop: the worker and every episode on it ended."""
+    async def main():
+        engine, buffer, worker = _setup(tiny_model_path, alpha=0, delay=0.0,
+                                        env="tests.rollout.test_worker_failures:ExitingEnv")
+        run = asyncio.ensure_future(worker.run())
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            if buffer.counters.groups_dropped_failed >= 2:
+                break
+        await buffer.stop()
+        await worker.stop()
+        await asyncio.wait_for(run, 30)  # the worker itself ends cleanly
+        return buffer, worker
+
+    buffer, worker = asyncio.run(main())
+    assert buffer.counters.groups_dropped_failed >= 2  # it went on taking groups after the first exit
+    assert buffer.last_error == "env_failed: env call step raised SystemExit: simulator gave up"
+    assert worker.counters["env_failures"] >= 8 and worker.counters["engine_failures"] == 0
