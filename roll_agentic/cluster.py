@@ -46,7 +46,9 @@ def freeze_startup_heap(only_in_actor: bool = True) -> None:
     every run). Frozen objects are never scanned; what the run allocates is.
     Outside a Ray actor (an engine or worker built in a test process) it does
     nothing: that process's heap is not the actor's to freeze."""
-    if only_in_actor and ray.get_runtime_context().get_actor_id() is None:
+    # Not initialised: no actor. (Asking the runtime context then started a whole
+    # local Ray, 20 s, in a process that only built a worker or an engine.)
+    if only_in_actor and (not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None):
         return
     gc.collect()
     gc.freeze()

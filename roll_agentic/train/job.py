@@ -230,7 +230,29 @@ class TrainingJob:
 
     # -- phases ------------------------------------------------------------------------------
     def rollout_phase(self) -> list:
-        return ray.get(self.buffer.get_batch.remote(self.cfg.algo.groups_per_step, self.version))
+        return self._await_rollout(self.buffer.get_batch.remote(self.cfg.algo.groups_per_step, self.version))
+
+    def _await_rollout(self, ref: ray.ObjectRef):
+        """ray.get(ref), unless a rollout worker stops first: then that worker's error.
+
+        A worker's `run()` ends only with the run, or with an error (its actor died, a
+        bug). Its episodes never come back then, so the buffer's quota stays taken and
+        get_batch waited forever, silently. The run stops instead, naming the worker.
+        """
+        ready, _ = ray.wait([ref, *self.worker_runs], num_returns=1)
+        if ref in ready or not ready:
+            return ray.get(ref)
+        stopped = ready[0]
+        try:
+            ray.get(stopped)
+            why = "its run() returned"
+        except Exception as err:  # noqa: BLE001 - reported, with the worker named
+            why = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+        raise RuntimeError(
+            f"rollout worker {self.worker_runs.index(stopped)} stopped during the rollout ({why}); its "
+            f"episodes cannot come back, so the run stops here. Resume it from its last checkpoint with "
+            f"trainer.resume=true run_name={self.run_name}"
+        )
 
     def train_phase(self, groups: list) -> dict[str, float]:
         samples = samples_from_groups(groups, self.cfg.algo.adv_eps)
@@ -264,7 +286,7 @@ class TrainingJob:
         closed = False
         # Until the round closes: P0 groups, or more in a long round filled with other tasks' prompts.
         while not closed:
-            new, closed = ray.get(self.buffer.take_ready.remote(self.version))
+            new, closed = self._await_rollout(self.buffer.take_ready.remote(self.version))
             if not new and not closed:
                 raise RuntimeError("the trajectory buffer stopped in the middle of a round")
             groups += new

@@ -35,3 +35,15 @@ def test_outside_an_actor_nothing_is_frozen():
     gc.unfreeze()
     freeze_startup_heap()
     assert gc.get_freeze_count() == 0
+
+
+def test_outside_ray_it_does_not_start_ray():
+    """A process that builds a worker or an engine without Ray must not get a local Ray
+    (20 s, and an instance nobody asked for) just to learn it is not an actor."""
+    import pytest
+    import ray
+
+    if ray.is_initialized():
+        pytest.skip("another test's Ray runs in this process: the question cannot be asked here")
+    freeze_startup_heap()
+    assert not ray.is_initialized()

@@ -87,3 +87,16 @@ def test_ctrl_c_during_an_update_finishes_the_step_logs_it_and_saves_it(tmp_path
     assert result["interrupted"] and result["steps"] == 2
     assert [r["step"] for r in rows] == [1, 2]
     assert (tmp_path / "e2e" / "checkpoints" / "latest").read_text() == "step_000002"
+
+
+def test_a_rollout_worker_that_dies_stops_the_run_with_its_name_instead_of_a_silent_wait(tmp_path, tiny_model_path):
+    import ray
+
+    job = TrainingJob(_cfg(tmp_path))
+    job.start()
+    try:
+        ray.kill(job.workers[0])  # as an OOM kill or a crash would
+        with pytest.raises(RuntimeError, match=r"rollout worker 0 stopped during the rollout \(.*Actor.*\)"):
+            job.step_once()
+    finally:
+        job.close(graceful=False)
