@@ -39,3 +39,22 @@ def test_an_env_package_in_the_current_folder_imports_through_the_console_script
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "0 failed" in out.stdout
+
+
+def test_a_core_command_builds_no_optional_command(tmp_path):
+    """`env check` and `train` name no optional command: bench (torch and Ray) is not imported for them."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from roll_agentic.cli import main; rc = main(['env', 'check', 'CliffWalking-v1']); "
+            "print(rc, 'torch' in sys.modules, 'ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.stdout.strip().splitlines()[-1] == "0 False False", out.stdout + out.stderr
+
+
+def test_a_broken_optional_command_leaves_the_others_usable(monkeypatch, capsys):
+    from roll_agentic import cli
+
+    monkeypatch.setitem(cli.OPTIONAL_COMMANDS, "sim", "tests.no_such_module_here.cli")
+    assert cli.main(["sim"]) == 1
+    assert "unavailable: ModuleNotFoundError" in capsys.readouterr().err
