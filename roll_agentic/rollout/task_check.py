@@ -81,8 +81,9 @@ def _call_reward(fn, summary: dict) -> tuple[object, BaseException | None, bool]
     return box.get("result"), box.get("error"), not thread.is_alive()
 
 
-def _reward_problem(name: str, summary: dict) -> str:
-    """Why `rewards.<name>` cannot score a trajectory, or ""."""
+def _reward_problem(name: str, summary: dict, need_handler: bool = False) -> str:
+    """Why `rewards.<name>` cannot score a trajectory, or "". `need_handler`: the run
+    invokes it as a Lambda function (reward.mode=serverless), through `handler`."""
     expected = f"expected rewards/{name}.py with reward(summary) and handler(event, context)"
     try:
         found = importlib.util.find_spec(f"rewards.{name}") is not None
@@ -99,7 +100,11 @@ def _reward_problem(name: str, summary: dict) -> str:
     for fn_name, args in (("reward", ("summary",)), ("handler", ("event", "context"))):
         fn = getattr(module, fn_name, None)
         if fn is None and fn_name == "handler":
-            continue  # only a serverless deployment calls it
+            if not need_handler:
+                continue  # only a serverless deployment calls it
+            return (f"reward {name!r}: rewards/{name}.py has no function handler(event, context), which "
+                    "reward.mode=serverless invokes: add `def handler(event, context): return "
+                    "{'reward': reward(event)}`, or run with reward=local")
         if not callable(fn):
             return f"reward {name!r}: rewards/{name}.py has no function {fn_name}({', '.join(args)}) ({expected})"
         try:
@@ -126,8 +131,9 @@ def _reward_problem(name: str, summary: dict) -> str:
     return ""
 
 
-def task_problem(tasks: list[TaskConfig]) -> str:
-    """What is wrong with the first task that cannot run, in one line; "" if none."""
+def task_problem(tasks: list[TaskConfig], reward_mode: str = "local") -> str:
+    """What is wrong with the first task that cannot run, in one line; "" if none.
+    `reward_mode`: the run's reward.mode (serverless needs each module's handler)."""
     turns: dict[str, dict] = {}  # env (id and kwargs) -> the info of its checked first turn
     for i, task in enumerate(tasks):
         where = f"tasks[{i}] ({task.name})"
@@ -136,14 +142,14 @@ def task_problem(tasks: list[TaskConfig]) -> str:
             problem, turns[key] = _env_problem(task)
             if problem:
                 return f"{where}: {problem}"
-        problem = _reward_problem(task.reward, _sample_summary(task, turns[key]))
+        problem = _reward_problem(task.reward, _sample_summary(task, turns[key]), reward_mode == "serverless")
         if problem:
             return f"{where}: {problem}"
     return ""
 
 
-def check_tasks(tasks: list[TaskConfig]) -> None:
+def check_tasks(tasks: list[TaskConfig], reward_mode: str = "local") -> None:
     """ValueError naming the first task that cannot run."""
-    problem = task_problem(tasks)
+    problem = task_problem(tasks, reward_mode)
     if problem:
         raise ValueError(problem)

@@ -145,7 +145,7 @@ class TrainingJob:
         problem = in_process_device_error(cfg, torch.cuda.is_available())
         if problem:
             raise RuntimeError(problem)
-        check_tasks(cfg.tasks)  # a typo in env_id or reward: one line now, not a failing run
+        check_tasks(cfg.tasks, cfg.reward.mode)  # a typo in env_id or reward: one line now, not a failing run
         self.started_ray = init_ray(cfg.ray)
         if not cfg.ray.address:  # a local Ray has all its nodes now; a cluster may still grow
             problem = shortfall_error(cfg, ray.cluster_resources())

@@ -124,3 +124,12 @@ def test_a_dict_result_and_every_shipped_task_pass(user_rewards):
     shipped = [("envs.frozenlake:FrozenLakeText", "frozenlake"), ("envs.guess_number:GuessNumber", "guess_number"),
                ("envs.tail_turns:TailTurnsEnv", "env_return"), ("envs.single_turn:SingleTurnPrompt", "code_exec")]
     assert task_problem([TaskConfig(name=f"t{i}", env_id=e, reward=r) for i, (e, r) in enumerate(shipped)]) == ""
+
+
+def test_serverless_mode_needs_the_handler_local_mode_does_not(user_rewards):
+    name = user_rewards("no_handler", "def reward(summary):\n    return 1.0\n")
+    tasks = [TaskConfig(name="cliff", env_id="CliffWalking-v1", reward=name)]
+    assert task_problem(tasks, "local") == ""
+    problem = task_problem(tasks, "serverless")
+    assert problem.startswith("tasks[0] (cliff): reward 'no_handler': ") and "handler(event, context)" in problem
+    assert "reward=local" in problem
