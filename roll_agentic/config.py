@@ -118,6 +118,9 @@ class RolloutConfig:
     # trainer trains; generation still waits for the step (rollout/buffer.py)
     prepare_next_step: bool = True
     env_step_timeout_s: float = 60.0
+    # one generate request (one agent turn); past it the engine counts as failed, the
+    # request is aborted there and the episode retries on another engine (engine_client.py)
+    generate_timeout_s: float = 600.0
 
 
 @dataclass
@@ -261,6 +264,8 @@ def validate(cfg: Config) -> Config:
     _check(e, cfg.algo.adv_eps > 0, "algo.adv_eps", "a number > 0", cfg.algo.adv_eps)
     _check(e, cfg.rollout.env_step_timeout_s > 0, "rollout.env_step_timeout_s", "a number of seconds > 0",
            cfg.rollout.env_step_timeout_s)
+    _check(e, cfg.rollout.generate_timeout_s > 0, "rollout.generate_timeout_s", "a number of seconds > 0",
+           cfg.rollout.generate_timeout_s)
     _check(e, cfg.reward.timeout_s > 0, "reward.timeout_s", "a number of seconds > 0", cfg.reward.timeout_s)
     _check(e, cfg.trainer.max_grad_norm > 0, "trainer.max_grad_norm", "a number > 0", cfg.trainer.max_grad_norm)
     _check(e, cfg.trainer.weight_decay >= 0, "trainer.weight_decay", "a number >= 0", cfg.trainer.weight_decay)

@@ -119,6 +119,9 @@ class HFEngine:
     def stats(self) -> dict[str, float]:
         return dict(self._stats, queued=float(len(self._pending)), weight_version=float(self._version))
 
+    def healthy(self) -> bool:
+        return True  # in-process: a failed batch fails its requests, and the loop restarts on demand
+
     async def shutdown(self) -> None:
         if self._loop_task is not None:
             self._loop_task.cancel()

@@ -2,12 +2,19 @@
 
 Requests carry their task tag so the host can count prefill and decode
 tokens per task; the router reads `load()` to place new trajectories.
+
+Health: `ping` answers only for a host that serves. A client that gave up on a
+request (`expire`, engine_client.py) makes the next ping wait for a one-token
+probe through the engine, so a wedged engine under a living actor is not
+routed to again until it answers; an engine whose process died (vLLM's engine
+core) takes its host down with it, so Ray restarts both (`max_restarts`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import tempfile
 import time
@@ -20,6 +27,9 @@ from roll_agentic.cluster import freeze_startup_heap
 from roll_agentic.config import EngineConfig
 from roll_agentic.engine.factory import make_engine
 from roll_agentic.engine.protocol import GenerationResult, SamplingParams
+
+log = logging.getLogger(__name__)
+PROBE = SamplingParams(max_tokens=1)  # the one-token request that shows a suspect engine serves
 
 
 class EngineHost:
@@ -37,6 +47,10 @@ class EngineHost:
         self.per_task: dict[str, dict[str, float]] = {}
         self._restore = _weights_before_restart()  # Ray restarted this actor: (version, file) it served
         self.vocab_size = _vocab_size(model_path)
+        self.expired = 0  # requests clients gave up on
+        self._suspect = False  # a request expired: the next ping probes the engine
+        self._probe: asyncio.Future | None = None  # shared by the pings waiting on it
+        self._exiting: asyncio.Future | None = None
         freeze_startup_heap()
 
     async def _restore_weights(self) -> None:
@@ -57,6 +71,9 @@ class EngineHost:
         self.outstanding += 1
         try:
             result = await self.engine.generate(token_ids, sampling, request_id)
+        except Exception:
+            await self._exit_if_engine_dead()
+            raise
         finally:
             self.outstanding -= 1
             if self.outstanding == 0 and self.busy_since is not None:
@@ -111,6 +128,13 @@ class EngineHost:
     async def abort(self, request_id: str) -> None:
         await self.engine.abort(request_id)
 
+    async def expire(self, request_id: str) -> None:
+        """A client gave up waiting for this request: frees it in the engine, and makes
+        the next `ping` prove the engine still serves."""
+        self.expired += 1
+        self._suspect = True
+        await self.engine.abort(request_id)
+
     async def load_weights(self, version: int, source: str) -> int:
         await self.engine.load_weights(version, source)
         _record_weights(version, source)
@@ -131,7 +155,7 @@ class EngineHost:
     def stats(self) -> dict:
         busy = self.busy_s + (time.time() - self.busy_since if self.busy_since else 0.0)
         return {"pool": self.pool, "hardware": self.hardware, "outstanding": self.outstanding,
-                "busy_s": busy, "uptime_s": time.time() - self.started,
+                "expired": self.expired, "busy_s": busy, "uptime_s": time.time() - self.started,
                 "engine": self.engine.stats(), "per_task": self.per_task}
 
     async def shutdown(self) -> None:
@@ -141,9 +165,45 @@ class EngineHost:
             path.unlink(missing_ok=True)
 
     async def ping(self) -> bool:
+        await self._exit_if_engine_dead()
         if self._restore is not None:  # answers only once it serves the weights it had
             await self._restore_weights()
+        if self._suspect:
+            # A live actor answers pings even when its engine is wedged: the watcher that
+            # revives engines (rollout worker) would route to it again at once.
+            if self._probe is None:
+                self._probe = asyncio.ensure_future(self.engine.generate([0], PROBE, f"probe-{time.time_ns()}"))
+            probe = self._probe
+            try:
+                await asyncio.shield(probe)  # a caller's own timeout leaves the probe running
+            except Exception:  # noqa: BLE001 - the probe's failure is the ping's; the next one probes again
+                await self._exit_if_engine_dead()
+                if self._probe is probe:
+                    self._probe = None
+                raise
+            self._suspect, self._probe = False, None
         return True
+
+    async def _exit_if_engine_dead(self) -> None:
+        """Ends this actor's process when its engine cannot serve again (vLLM's engine core
+        died): every request to it would fail at once, it was never marked dead (an
+        answered error is the request's, not the engine's), and the least-loaded router
+        sent it ever more trajectories. A crashed actor is what Ray restarts and what the
+        rollout workers already handle: their requests fail over, the engine is marked
+        dead, and is routed to again once the restarted actor answers `ping`."""
+        if self.engine.healthy() or _weights_file() is None:  # outside an actor: the error stands
+            return
+        if self._exiting is None:  # the first caller stops the engine; the others wait for the end
+            self._exiting = asyncio.ensure_future(self._exit())
+        await asyncio.shield(self._exiting)
+
+    async def _exit(self) -> None:
+        log.error("engine host: its engine is dead; exiting so that Ray restarts it")
+        try:
+            await asyncio.wait_for(self.engine.shutdown(), 20.0)  # no engine process outlives the host
+        except Exception:  # noqa: BLE001 - best effort: the process ends either way
+            pass
+        os._exit(1)
 
     async def raw_tokens_per_s(self, prompts: list[list[int]], sampling: SamplingParams) -> float:
         """The same engine driven directly, in its own process: the baseline of bench engine."""

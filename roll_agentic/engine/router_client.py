@@ -61,7 +61,13 @@ class CoalescingRouterClient:
     async def _assign_loop(self) -> None:
         try:
             while self._pending:
-                batch, self._pending = self._pending, []
+                # Drop episodes cancelled while they queued (tail batching aborts them): their
+                # release has already left on the note channel and could reach the router
+                # first, leaving an assignment nothing ever releases (a leaked active count).
+                batch = [(req, fut) for req, fut in self._pending if not fut.done()]
+                self._pending = []
+                if not batch:
+                    continue
                 self.calls += 1
                 try:
                     indices = await self.router.assign_many.remote([req for req, _ in batch])

@@ -230,6 +230,12 @@ class VLLMEngine:
                     running=float(len(self._running)), queued=float(len(self._waiting)),
                     unfinished=float(self._llm.get_num_unfinished_requests() if self._llm else 0))
 
+    def healthy(self) -> bool:
+        """False once vLLM's engine core process died (vLLM cannot restart it): from
+        then on every request fails with EngineDeadError. Shut down counts as healthy:
+        it was asked for."""
+        return self._llm is None or not self._llm.errored
+
     async def shutdown(self) -> None:
         """Stops the engine-core and worker processes; idempotent."""
         if self._closed:

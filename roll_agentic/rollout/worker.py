@@ -21,7 +21,11 @@ from roll_agentic import faults
 from roll_agentic.cluster import freeze_startup_heap
 from roll_agentic.config import RewardConfig, TaskConfig
 from roll_agentic.elastic_executor import ElasticExecutor
-from roll_agentic.engine.engine_client import BatchingEngineClient, EngineRefusedRequest
+from roll_agentic.engine.engine_client import (
+    REQUEST_TIMEOUT_S,
+    BatchingEngineClient,
+    EngineRefusedRequest,
+)
 from roll_agentic.engine.protocol import SamplingParams
 from roll_agentic.engine.router_client import CoalescingRouterClient
 from roll_agentic.rollout.conversation import Conversation, chat_format_for
@@ -70,7 +74,8 @@ class RolloutWorker:
     def __init__(self, worker_id: int, tasks: list[TaskConfig], model_path: str, engines: list[Any],
                  router: Any, buffer: Any, alpha: int, temperature: float, top_p: float,
                  max_model_len: int, reward_cfg: RewardConfig, reward_endpoint: str,
-                 groups_in_flight: int, env_step_timeout_s: float):
+                 groups_in_flight: int, env_step_timeout_s: float,
+                 generate_timeout_s: float | None = REQUEST_TIMEOUT_S):
         from transformers import AutoTokenizer
 
         from roll_agentic.reward import make_reward_client
@@ -79,7 +84,8 @@ class RolloutWorker:
         self.tasks = {t.name: t for t in tasks}
         self.fmt = chat_format_for(AutoTokenizer.from_pretrained(model_path))
         self.engines = engines
-        self.engine_clients = [BatchingEngineClient(e) for e in engines]  # generate calls, batched per loop turn
+        # generate calls, batched per loop turn; one past generate_timeout_s fails like a dead engine
+        self.engine_clients = [BatchingEngineClient(e, request_timeout_s=generate_timeout_s) for e in engines]
         self.router = router
         # assign/release, batched under bursts; with one engine, only told (router_client.py)
         self.routing = CoalescingRouterClient(router, only_engine=0 if len(engines) == 1 else None)

@@ -112,7 +112,8 @@ def spawn_rollout_workers(cfg: Config, model_path: str, engines: list, router, b
     worker_cls = ray.remote(**env_place.options())(RolloutWorker)
     return [worker_cls.remote(i, cfg.tasks, model_path, engines, router, buffer, cfg.algo.alpha,
                               cfg.engine.temperature, cfg.engine.top_p, cfg.engine.max_model_len, cfg.reward,
-                              reward_endpoint, cfg.rollout.groups_in_flight, cfg.rollout.env_step_timeout_s)
+                              reward_endpoint, cfg.rollout.groups_in_flight, cfg.rollout.env_step_timeout_s,
+                              cfg.rollout.generate_timeout_s)
             for i in range(cfg.rollout.num_workers)]
 
 

@@ -10,14 +10,15 @@ from tests.rollout.local_handle import LocalHandle
 class SlowRouter:
     """A Router whose calls take a while, like a remote actor's, and are counted."""
 
-    def __init__(self, engines: int = 2):
+    def __init__(self, engines: int = 2, delay_s: float = 0.01):
+        self.delay_s = delay_s
         self.inner = Router([("default", "cpu")] * engines, {"t": "default"})
         self.batches: list[int] = []
         self.notes: list[int] = []
 
     async def assign_many(self, requests):
         self.batches.append(len(requests))
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(self.delay_s)
         return self.inner.assign_many(requests)
 
     async def notify_many(self, notes):
@@ -132,3 +133,25 @@ def test_notes_of_episodes_ending_a_few_at_a_time_share_calls():
     assert sum(router.notes) == 32  # every assignment and release arrived, in order
     assert len(router.notes) <= 3  # not one call per pair of endings
     assert router.inner.table.engines[0].active == 0
+
+
+def test_an_episode_cancelled_while_its_assignment_queues_leaves_nothing_assigned():
+    # Tail batching cancels stragglers; one waiting behind an assignment call in flight
+    # released at once, and that release reached the router before its assignment did.
+    async def main():
+        router = SlowRouter(delay_s=0.2)  # longer than the releases' linger
+        client = CoalescingRouterClient(LocalHandle(router))
+        first = asyncio.ensure_future(client.assign("t", "kept"))
+        await asyncio.sleep(0.01)
+        straggler = asyncio.ensure_future(client.assign("t", "aborted"))
+        await asyncio.sleep(0.01)
+        straggler.cancel()
+        client.release("aborted")  # what the worker's episode does on its way out
+        await first
+        await asyncio.sleep(0.6)
+        return router
+
+    router = asyncio.run(main())
+    assert set(router.inner.table.sticky) == {"kept"}
+    assert sum(e.active for e in router.inner.table.engines) == 1  # no active count leaked
+    assert router.batches == [1]  # the cancelled request was never sent

@@ -1,0 +1,142 @@
+"""Engines that stop answering: a request never waits forever, and a broken engine is not routed to.
+
+- A host whose engine is wedged (alive, answering pings, never finishing a
+  request: here its compute thread never gets the lock) fails each request
+  after the client's time limit, as an engine failure, and frees it there; its
+  `ping` answers only once the engine serves again.
+- A vLLM engine core that dies under a living host (slow: starts vLLM twice)
+  takes the host down with it: the in-flight request fails as an engine
+  failure (not as a refusal, which would keep the engine routed to), and Ray's
+  restarted actor serves again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import signal
+import time
+
+import pytest
+import ray
+
+from roll_agentic.cluster import init_ray
+from roll_agentic.config import EngineConfig, RayConfig
+from roll_agentic.engine.engine_client import (
+    BatchingEngineClient,
+    EngineRefusedRequest,
+    EngineRequestError,
+    EngineTimeout,
+)
+from roll_agentic.engine.host import engine_actor_class
+from roll_agentic.engine.protocol import GenerationResult, SamplingParams
+
+
+def _wedge(host) -> None:  # runs in the actor: a batch would now wait for the lock forever
+    host.engine._compute_lock.acquire()
+
+
+def _unwedge(host) -> None:
+    host.engine._compute_lock.release()
+
+
+async def _answers(ref, within_s: float) -> bool:
+    try:
+        await asyncio.wait_for(ref, within_s)
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_a_wedged_engine_times_requests_out_frees_them_and_fails_pings_until_it_serves(tiny_model_path):
+    started = init_ray(RayConfig(num_cpus=2))
+    handle = engine_actor_class(1.0).remote("hf", tiny_model_path, EngineConfig(backend="hf"))
+    try:
+        ray.get(handle.ping.remote(), timeout=120)
+        ray.get(handle.__ray_call__.remote(_wedge), timeout=60)
+
+        async def main():
+            client = BatchingEngineClient(handle, request_timeout_s=1.0)
+            t0 = time.monotonic()
+            results = await asyncio.wait_for(asyncio.gather(*(
+                client.generate([1, 2, 3], SamplingParams(max_tokens=4), f"w-{i}") for i in range(3)),
+                return_exceptions=True), 30)
+            waited = time.monotonic() - t0
+            # The expiries are fire-and-forget and an async actor may run calls out of order:
+            # the worker's ping comes a router round trip later; here, wait for them to land.
+            while (await handle.stats.remote())["expired"] < 3:
+                await asyncio.sleep(0.05)
+            # alive but wedged: a ping must not vouch for it
+            pinged_while_wedged = await _answers(handle.ping.remote(), 2.0)
+            await handle.__ray_call__.remote(_unwedge)
+            pinged_after = await _answers(handle.ping.remote(), 60.0)
+            after = await client.generate([1, 2, 3], SamplingParams(max_tokens=2), "after")
+            return client, results, waited, pinged_while_wedged, pinged_after, after
+
+        client, results, waited, pinged_while_wedged, pinged_after, after = asyncio.run(main())
+        assert all(isinstance(r, EngineTimeout) for r in results), results
+        # an engine failure, handled like a dead actor (the worker marks the engine dead), not a refusal
+        assert all(isinstance(r, EngineRequestError) and not isinstance(r, EngineRefusedRequest) for r in results)
+        assert waited < 15 and client.timeouts == 3
+        assert not pinged_while_wedged and pinged_after
+        assert isinstance(after, GenerationResult) and len(after.token_ids) == 2
+        deadline = time.monotonic() + 30
+        while (stats := ray.get(handle.stats.remote(), timeout=30))["outstanding"]:
+            assert time.monotonic() < deadline, "the expired requests still hold the engine"
+            time.sleep(0.2)
+        assert stats["expired"] == 3 and stats["engine"]["aborted"] >= 3  # freed in the engine, not left to run
+    finally:
+        ray.kill(handle)
+        if started:
+            ray.shutdown()
+
+
+def _vllm_processes(host) -> list[int]:
+    import psutil
+
+    return [p.pid for p in psutil.Process().children(recursive=True) if p.name().startswith("VLLM")]
+
+
+def _pid(host) -> int:
+    return os.getpid()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+def test_a_dead_vllm_engine_core_restarts_its_host_instead_of_refusing_every_request(tiny_model_path):
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    started = init_ray(RayConfig(num_cpus=2))
+    handle = engine_actor_class(1.0).remote("vllm", tiny_model_path,
+                                            EngineConfig(backend="vllm", max_model_len=512, kv_cache_gib=0.25))
+    try:
+        ray.get(handle.ping.remote(), timeout=300)
+        first_pid = ray.get(handle.__ray_call__.remote(_pid), timeout=60)
+        cores = ray.get(handle.__ray_call__.remote(_vllm_processes), timeout=60)
+        assert cores
+
+        async def main():
+            client = BatchingEngineClient(handle, request_timeout_s=120.0)
+            long = asyncio.ensure_future(client.generate([1, 2, 3], SamplingParams(max_tokens=400), "long"))
+            await asyncio.sleep(0.3)
+            for pid in cores:
+                os.kill(pid, signal.SIGKILL)  # like an OOM kill of the engine core
+            return await asyncio.wait_for(asyncio.gather(long, return_exceptions=True), 150)
+
+        (failed,) = asyncio.run(main())
+        assert isinstance(failed, Exception) and not isinstance(failed, EngineRefusedRequest), failed
+        deadline = time.monotonic() + 300
+        while True:  # as the worker's watcher does: ping until the restarted actor answers
+            try:
+                ray.get(handle.ping.remote(), timeout=30)
+                break
+            except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
+                assert time.monotonic() < deadline, "Ray never restarted the engine host"
+                time.sleep(1.0)
+        assert ray.get(handle.__ray_call__.remote(_pid), timeout=60) != first_pid
+        result = ray.get(handle.generate.remote([1, 2, 3], SamplingParams(max_tokens=3), "again"), timeout=120)
+        assert len(result.token_ids) == 3
+    finally:
+        ray.kill(handle)
+        if started:
+            ray.shutdown()
