@@ -9,11 +9,13 @@ adds what RL needs on top:
   and logprobs are vLLM's `processed_logprobs`, i.e. log-softmax of the
   temperature-scaled logits the token was drawn from (with top_p < 1 the
   nucleus is renormalised: the true behaviour policy).
-- Versioned weight sync that pauses generation only for the reload itself:
-  the scheduler is paused in "keep" mode (in-flight requests freeze and then
-  continue), the weights are reloaded in place, vLLM's weight-version label is
-  set, and the scheduler resumes. Each output's per-token version spans tell
-  whether a request straddled a sync.
+- Versioned weight sync that pauses generation only for the reload itself
+  (MECHANISMS R4): in-flight requests are aborted with the tokens made so far,
+  the weights are reloaded in place, vLLM's weight-version label is set, the
+  scheduler resumes, and each interrupted request goes on as a new vLLM request
+  whose prompt is everything so far, so its KV cache is recomputed with the new
+  weights. Its result says where it resumed (`resumed_at_token`) and under
+  which version it ended (`weight_version_end`).
 - Prefix caching stays correct across syncs: every prompt carries the
   identity of the weights it runs on as `cache_salt` (a count of loads, not
   the version: the multiplexer's jobs each count versions from 0 on shared
@@ -112,8 +114,11 @@ class VLLMEngine:
         self._reload_lock: asyncio.Lock | None = None
         self._waiting: dict[str, bool] = {}  # held at admission -> aborted?
         self._running: dict[str, bool] = {}  # submitted to vLLM -> abort asked?
+        self._segments: dict[str, str] = {}  # request -> its vLLM request now (resumed after a sync)
+        self._pauses = 0  # weight syncs begun: a request aborted across one goes on
         self._stats = {"requests": 0.0, "generated_tokens": 0.0, "prompt_tokens": 0.0,
-                       "aborted": 0.0, "reloads": 0.0, "reload_s": 0.0, "straddled": 0.0}
+                       "aborted": 0.0, "reloads": 0.0, "reload_s": 0.0, "straddled": 0.0,
+                       "recomputed": 0.0}
 
     # -- protocol -----------------------------------------------------------------
     async def generate(self, token_ids: list[int], sampling: SamplingParams, request_id: str) -> GenerationResult:
@@ -124,40 +129,37 @@ class VLLMEngine:
         if not await self._admit(request_id):
             self._stats["aborted"] += 1
             return GenerationResult([], [], "abort", self._version, {"queue_s": time.perf_counter() - t_enq})
-        from vllm import SamplingParams as VSampling
-        from vllm.inputs import TokensPrompt
-        from vllm.sampling_params import RequestOutputKind
-
         version = self._version
-        # DELTA outputs: each step's new tokens, so an abort that raced the request's
-        # registration in vLLM can be re-sent once the request demonstrably exists.
-        params = VSampling(max_tokens=sampling.max_tokens, temperature=sampling.temperature,
-                           top_p=sampling.top_p, stop_token_ids=list(sampling.stop_token_ids),
-                           ignore_eos=True, logprobs=0, detokenize=False,
-                           output_kind=RequestOutputKind.DELTA, stream_interval=FIRST_AND_LAST_ONLY)
-        prompt = TokensPrompt(prompt_token_ids=list(token_ids), cache_salt=f"weights-load{self._loads}")
-        t0 = time.perf_counter()
-        self._running[request_id] = False
         tokens: list[int] = []
         logprobs: list[float] = []
-        reason, spans = "abort", None
+        t0 = time.perf_counter()
+        timings = {"queue_s": t0 - t_enq}
+        self._running[request_id] = False
         try:
-            async for out in self._live().generate(prompt, params, request_id=request_id):
-                comp = out.outputs[0]
-                for pos, tok in zip(comp.logprobs or [], comp.token_ids, strict=True):
-                    tokens.append(int(tok))
-                    logprobs.append(float(pos[tok].logprob))
-                if comp.finish_reason is not None:
-                    reason, spans = comp.finish_reason, comp.weight_versions
-                elif self._running[request_id]:  # aborted before vLLM knew the request
-                    self._running[request_id] = False
-                    await self._live().abort(request_id)
+            segment = 0
+            while True:
+                pauses = self._pauses
+                reason = await self._segment(token_ids, tokens, logprobs, sampling,
+                                             request_id if segment == 0 else f"{request_id}/after-sync{segment}")
+                # A weight sync aborted it mid-reply (R4: suspend, update, resume): it goes
+                # on under the new weights from a prompt of everything so far, so its KV
+                # cache is recomputed with them (a new cache salt: no block of the old
+                # weights matches). Its caller's abort, or a finished reply, ends it.
+                if (reason != "abort" or self._running[request_id] or self._pauses == pauses
+                        or len(tokens) >= sampling.max_tokens):
+                    break
+                segment += 1
+                timings.setdefault("resumed_at_token", float(len(tokens)))
+                self._stats["recomputed"] += 1
+                if not await self._admit(request_id):  # the sync's end; False: aborted while waiting
+                    break
         finally:
             self._running.pop(request_id, None)
-        timings = {"queue_s": t0 - t_enq, "compute_s": time.perf_counter() - t0}
-        last = _last_version(spans, version)
-        if last != version:  # the request spanned a weight sync: later tokens are newer
-            timings["weight_version_end"] = float(last)
+            self._segments.pop(request_id, None)
+        timings["compute_s"] = time.perf_counter() - t0
+        if self._version != version and "resumed_at_token" in timings:
+            # The request spanned a weight sync: tokens from `resumed_at_token` are newer.
+            timings["weight_version_end"] = float(self._version)
             self._stats["straddled"] += 1
         self._stats["requests"] += 1
         self._stats["generated_tokens"] += len(tokens)
@@ -165,6 +167,35 @@ class VLLMEngine:
         if reason == "abort":
             self._stats["aborted"] += 1
         return GenerationResult(tokens, logprobs, reason, version, timings)
+
+    async def _segment(self, token_ids: list[int], tokens: list[int], logprobs: list[float],
+                       sampling: SamplingParams, vllm_id: str) -> str:
+        """One vLLM request continuing `token_ids + tokens`; appends its output, returns its finish reason."""
+        from vllm import SamplingParams as VSampling
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        # DELTA outputs: each step's new tokens, so an abort that raced the request's
+        # registration in vLLM can be re-sent once the request demonstrably exists.
+        params = VSampling(max_tokens=sampling.max_tokens - len(tokens), temperature=sampling.temperature,
+                           top_p=sampling.top_p, stop_token_ids=list(sampling.stop_token_ids),
+                           ignore_eos=True, logprobs=0, detokenize=False,
+                           output_kind=RequestOutputKind.DELTA, stream_interval=FIRST_AND_LAST_ONLY)
+        prompt = TokensPrompt(prompt_token_ids=[*token_ids, *tokens], cache_salt=f"weights-load{self._loads}")
+        request_id = vllm_id.split("/after-sync", 1)[0]
+        self._segments[request_id] = vllm_id  # what abort() must name in vLLM now
+        reason, resent = "abort", False
+        async for out in self._live().generate(prompt, params, request_id=vllm_id):
+            comp = out.outputs[0]
+            for pos, tok in zip(comp.logprobs or [], comp.token_ids, strict=True):
+                tokens.append(int(tok))
+                logprobs.append(float(pos[tok].logprob))
+            if comp.finish_reason is not None:
+                reason = comp.finish_reason
+            elif self._running[request_id] and not resent:  # aborted before vLLM knew the request
+                resent = True
+                await self._live().abort(vllm_id)
+        return reason
 
     async def abort(self, request_id: str) -> None:
         """Ends that request only; its caller gets the tokens made so far, reason "abort"."""
@@ -175,7 +206,7 @@ class VLLMEngine:
         if request_id in self._running:
             self._running[request_id] = True  # re-sent by generate if this one came too early
         if self._llm is not None:
-            await self._llm.abort(request_id)
+            await self._llm.abort(self._segments.get(request_id, request_id))
 
     async def load_weights(self, version: int, source: str) -> None:
         """Serves `source` as `version`: a safetensors path (HF names), or a
@@ -186,8 +217,12 @@ class VLLMEngine:
             t0 = time.perf_counter()
             self._reloading = True  # new requests wait: their cache salt must name the new weights
             try:
-                # "keep": running requests freeze in place and continue after resume.
-                await self._live().pause_generation(mode="keep", clear_cache=False)
+                # R4: in-flight requests are aborted with the tokens made so far and go on
+                # after the reload from a prompt of all of them (generate), so their KV
+                # cache is recomputed with the new weights. ("keep" froze them and went on
+                # over KV blocks the old weights had computed: a reply of two policies.)
+                self._pauses += 1
+                await self._live().pause_generation(mode="abort", clear_cache=False)
                 # A new salt before any weight changes (even a reload that fails half way):
                 # no prefix cached with earlier weights matches a later request.
                 self._loads += 1

@@ -403,6 +403,37 @@ def test_requests_in_flight_survive_a_weight_sync(h: Harness, model_dir: Path) -
         _restore_base(h, model_dir)
 
 
+def test_a_reply_across_a_weight_sync_goes_on_with_its_kv_cache_recomputed(h: Harness, model_dir: Path) -> None:
+    """R4: suspend, update, resume, and in-flight requests recompute their KV cache. The
+    tokens after the sync are the new policy's given everything before them; frozen and
+    resumed over the old weights' KV blocks ("keep"), they were neither policy's."""
+    if h.backend != "vllm":
+        pytest.skip("the hf engine finishes the requests in flight before it reloads")
+    state = _perturbed_state(model_dir, seed=21)
+    path = _save(state, with_head=False)
+    try:
+        async def scenario() -> GenerationResult:
+            old = h.engine.weight_version()
+            task = asyncio.create_task(
+                h.engine.generate(PROMPT, SamplingParams(max_tokens=600, temperature=1.0), "kv-sync"))
+            await asyncio.sleep(0.3)
+            await h.engine.load_weights(old + 1, path)
+            return await task
+
+        r = h.run(scenario(), timeout=180)
+        assert r.finish_reason == "length" and len(r.token_ids) == 600
+        k = int(r.timings["resumed_at_token"])
+        assert 0 < k < 600, k
+        assert r.timings["weight_version_end"] == h.engine.weight_version()
+        assert _mean_abs_diff(r.logprobs[:k], _recompute(_hf_model(model_dir), PROMPT, r.token_ids[:k])) < 1e-3
+        after = _recompute(_hf_model(model_dir, state), PROMPT, r.token_ids)[k:]
+        assert _mean_abs_diff(r.logprobs[k:], after) < 1e-3
+        assert h.engine.stats()["recomputed"] >= 1
+    finally:
+        shutil.rmtree(os.path.dirname(path))
+        _restore_base(h, model_dir)
+
+
 def test_bad_weights_file_is_refused_and_engine_keeps_serving(h: Harness, model_dir: Path) -> None:
     state = _perturbed_state(model_dir, seed=9)
     state.pop("model.norm.weight")
