@@ -145,6 +145,9 @@ class TrainerConfig:
     strategy: str = "ddp"  # ddp | fsdp (GPU)
     device: str = "cpu"
     resources: dict[str, float] = field(default_factory=dict)
+    # with num_workers > 1: how long a worker waits for the others in one collective; past
+    # it (a worker dead or stuck) every worker stops and the run says how to resume
+    collective_timeout_s: float = 600.0
 
 
 @dataclass
@@ -305,6 +308,8 @@ def validate(cfg: Config) -> Config:
     _check(e, cfg.trainer.save_every >= 1, "trainer.save_every", "an integer >= 1", cfg.trainer.save_every)
     _check(e, cfg.trainer.keep_checkpoints >= 1, "trainer.keep_checkpoints", "an integer >= 1", cfg.trainer.keep_checkpoints)
     _check(e, cfg.trainer.num_workers >= 1, "trainer.num_workers", "an integer >= 1", cfg.trainer.num_workers)
+    _check(e, cfg.trainer.collective_timeout_s > 0, "trainer.collective_timeout_s", "a number of seconds > 0",
+           cfg.trainer.collective_timeout_s)
     _check(e, cfg.trainer.strategy in ("ddp", "fsdp"), "trainer.strategy", "ddp or fsdp", cfg.trainer.strategy)
     _check(e, re.fullmatch(r"cpu|cuda(:\d+)?", cfg.trainer.device) is not None, "trainer.device",
            "cpu, cuda or cuda:N", cfg.trainer.device)

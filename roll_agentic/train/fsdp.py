@@ -67,4 +67,27 @@ def load_full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
 
     opts = StateDictOptions(full_state_dict=True, strict=False)
     set_model_state_dict(model, weights, options=opts)
-    set_optimizer_state_dict(model, optimizer, optim_state, options=opts)
+    set_optimizer_state_dict(model, optimizer, _keyed_by_name(model, optimizer, optim_state), options=opts)
+
+
+def _keyed_by_name(model: torch.nn.Module, optimizer: torch.optim.Optimizer, optim_state: dict) -> dict:
+    """`optim_state` keyed by parameter name, as FSDP's loader reads it.
+
+    A plain trainer (one worker in the driver, or ddp) saves torch's own format,
+    keyed by each parameter's position in the optimizer; FSDP's loader takes
+    those positions for names and failed (KeyError 'state.0.step'), so a run
+    could not go on under FSDP from a checkpoint of a plain run. Positions map
+    to names in the optimizer's own order, as `Optimizer.load_state_dict` maps
+    them; a state keyed by name already (saved under FSDP) is returned as is.
+    """
+    groups = optim_state.get("param_groups", [])
+    saved = [k for g in groups for k in g["params"]]
+    if not saved or all(isinstance(k, str) for k in saved):
+        return optim_state
+    names = {id(p): n for n, p in model.named_parameters()}
+    ours = [names[id(p)] for g in optimizer.param_groups for p in g["params"]]
+    if len(ours) != len(saved):
+        raise ValueError(f"the checkpoint's optimizer holds {len(saved)} parameters, this model {len(ours)}")
+    to_name = dict(zip(saved, ours, strict=True))
+    return {"state": {to_name[k]: v for k, v in optim_state["state"].items()},
+            "param_groups": [{**g, "params": [to_name[k] for k in g["params"]]} for g in groups]}

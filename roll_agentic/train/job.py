@@ -61,7 +61,8 @@ def make_trainer(model_path: str, cfg: Config):
         return PolicyTrainer(model_path, cfg.trainer, cfg.algo, cfg.engine.temperature)
     from roll_agentic.train.parallel import DataParallelTrainer
 
-    return DataParallelTrainer(model_path, cfg.trainer, cfg.algo, cfg.engine.temperature)
+    return DataParallelTrainer(model_path, cfg.trainer, cfg.algo, cfg.engine.temperature,
+                               collective_timeout_s=cfg.trainer.collective_timeout_s)
 
 
 def resolve_run_dir(cfg: Config) -> Path:

@@ -6,10 +6,16 @@ batch. Each scales its loss by the whole batch's token count, gradients are
 summed across workers (gloo on CPU, NCCL on GPU), and every worker takes the
 same optimizer step, so parameters stay identical, bit for bit, without
 being broadcast.
+
+A step needs every worker: when one dies or hangs, the others wait in a
+collective. Each collective gives up after `collective_timeout_s` (else
+torch's 30 minutes), and the driver then stops every worker and raises one
+error naming the worker, instead of waiting on the rest.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 
@@ -17,7 +23,13 @@ import ray
 import torch
 
 from roll_agentic.config import AlgoConfig, TrainerConfig
+from roll_agentic.engine.placement import placement
 from roll_agentic.train.trainer import PolicyTrainer, Sample
+
+# How long a rank waits in one collective for the others. The ranks are called
+# together, so a wait is only their imbalance; ten minutes (NCCL's own default)
+# is far past any step's, and a dead or stuck rank ends the run in bounded time.
+COLLECTIVE_TIMEOUT_S = 600.0  # trainer.collective_timeout_s
 
 
 def shard_samples(samples: list[Sample], world: int, equal_counts: bool = False) -> list[list[Sample]]:
@@ -47,10 +59,36 @@ def shard_samples(samples: list[Sample], world: int, equal_counts: bool = False)
     return shards
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _listening_socket(addr: str) -> socket.socket:
+    """The rendezvous store's socket, bound to `addr` only.
+
+    torch's TCPStore binds every interface (MASTER_ADDR only tells the others
+    where to connect); handed a socket, it listens where that one does. Bound
+    here and kept open until the store takes it, the port cannot be taken by
+    another process in between either.
+    """
+    s = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET)
+    s.bind((addr, 0))
+    s.listen()
+    return s
+
+
+def _sockets_on(addr: str) -> None:
+    """Gloo and NCCL listen on the interface that holds `addr`, unless told otherwise.
+
+    Gloo binds the address the machine's hostname resolves to (often the
+    network one, reachable from outside), whatever MASTER_ADDR says, and NCCL
+    picks a network interface of its own. Ray's node address is loopback on a
+    single machine (cluster.py) and the node's own in a cluster; the interface
+    holding it is the one both should use.
+    """
+    import psutil  # a dependency of ray[default]
+
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.address == addr for a in addrs):
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", name)
+            os.environ.setdefault("NCCL_SOCKET_IFNAME", name)
+            return
 
 
 class TrainerWorker:
@@ -61,16 +99,24 @@ class TrainerWorker:
         self.rank, self.world = rank, world
         self.args = (model_path, cfg, algo, temperature)
         self.trainer: PolicyTrainer | None = None
+        self._listener: socket.socket | None = None
 
     def address(self) -> tuple[str, int]:
-        return ray.util.get_node_ip_address(), _free_port()
+        """Rank 0: where the others meet it (its node's address, a port it holds open)."""
+        self._listener = _listening_socket(ray.util.get_node_ip_address())
+        return self._listener.getsockname()[:2]
 
-    def init(self, master_addr: str, master_port: int) -> bool:
+    def init(self, master_addr: str, master_port: int, timeout_s: float = COLLECTIVE_TIMEOUT_S) -> bool:
         model_path, cfg, algo, temperature = self.args
-        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master_addr, str(master_port)
         torch.set_num_threads(max(1, int(os.environ.get("ROLL_AGENTIC_TRAIN_THREADS", "1"))))
         backend = "nccl" if cfg.device.startswith("cuda") else "gloo"
-        torch.distributed.init_process_group(backend, rank=self.rank, world_size=self.world)
+        _sockets_on(ray.util.get_node_ip_address())
+        timeout = datetime.timedelta(seconds=timeout_s)
+        listen_fd = self._listener.detach() if self._listener is not None else None  # the store owns it now
+        store = torch.distributed.TCPStore(master_addr, master_port, self.world, is_master=self.rank == 0,
+                                           timeout=timeout, master_listen_fd=listen_fd)
+        torch.distributed.init_process_group(backend, store=store, rank=self.rank, world_size=self.world,
+                                             timeout=timeout)
         if cfg.device.startswith("cuda"):
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         self.trainer = PolicyTrainer(model_path, cfg, algo, temperature)
@@ -117,35 +163,67 @@ class TrainerWorker:
 class DataParallelTrainer:
     """The driver's view: the same methods as PolicyTrainer, run on every rank."""
 
-    def __init__(self, model_path: str, cfg: TrainerConfig, algo: AlgoConfig, temperature: float = 1.0):
-        actor = ray.remote(num_cpus=0 if not cfg.resources else None, resources=cfg.resources or None,
-                           num_gpus=1 if cfg.device.startswith("cuda") else 0)(TrainerWorker)
+    def __init__(self, model_path: str, cfg: TrainerConfig, algo: AlgoConfig, temperature: float = 1.0,
+                 collective_timeout_s: float = COLLECTIVE_TIMEOUT_S):
+        # "CPU"/"GPU" in trainer.resources become num_cpus/num_gpus, as for the pools: Ray
+        # refuses them inside `resources`. No CPU slot unless asked (or pinned to a node type).
+        place = placement(cfg.resources, default_cpus=0.0, pinned_cpus=1.0)
+        num_gpus = max(place.num_gpus, 1.0) if cfg.device.startswith("cuda") else place.num_gpus
+        actor = ray.remote(num_cpus=place.num_cpus, num_gpus=num_gpus, resources=place.resources or None)(TrainerWorker)
         self.workers = [actor.remote(r, cfg.num_workers, model_path, cfg, algo, temperature)
                         for r in range(cfg.num_workers)]
-        addr, port = ray.get(self.workers[0].address.remote())
-        ray.get([w.init.remote(addr, port) for w in self.workers])
+        self.collective_timeout_s = collective_timeout_s
+        addr, port = self._all("address", workers=self.workers[:1])[0]
+        self._all("init", *[(addr, port, collective_timeout_s)] * len(self.workers))
         self.sharded = cfg.strategy == "fsdp"
         self.step = 0
 
+    def _all(self, method: str, *args: tuple, workers: list | None = None) -> list:
+        """`method` on each worker (with `args[i]` on worker i); as soon as one fails, one error.
+
+        The others are then waiting in a collective for the failed one: they are
+        killed at once rather than left there (holding their devices) until the
+        collective times out, and the error names the rank and its cause.
+        """
+        workers = self.workers if workers is None else workers
+        refs = [getattr(w, method).remote(*(args[i] if args else ())) for i, w in enumerate(workers)]
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(ready[0])
+            except ray.exceptions.RayError as err:
+                rank = refs.index(ready[0])
+                cause = err.cause if isinstance(err, ray.exceptions.RayTaskError) else err  # the rank's own error
+                why = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+                for w in self.workers:  # the others wait on it in a collective: stop them now
+                    ray.kill(w)
+                raise RuntimeError(
+                    f"trainer worker {rank} of {len(self.workers)} failed in {method} ({type(cause).__name__}: "
+                    f"{why}); a data-parallel step needs every worker (one timed out in a collective waited there for "
+                    f"another, dead or stuck), so all were stopped. Resume from the "
+                    f"last checkpoint with trainer.resume=true (a collective gives up after "
+                    f"{self.collective_timeout_s:g} s: trainer.collective_timeout_s)") from err
+        return ray.get(refs)
+
     def train_step(self, samples: list[Sample]) -> dict[str, float]:
         shards = shard_samples(samples, len(self.workers), equal_counts=self.sharded)
-        metrics = ray.get([w.train_step.remote(s) for w, s in zip(self.workers, shards, strict=True)])
+        metrics = self._all("train_step", *[(s,) for s in shards])
         self.step += 1
         return metrics[0]  # all-reduced: identical on every rank
 
     def accumulate(self, samples: list[Sample]) -> None:
         shards = shard_samples(samples, len(self.workers), equal_counts=self.sharded)
-        ray.get([w.accumulate.remote(s) for w, s in zip(self.workers, shards, strict=True)])
+        self._all("accumulate", *[(s,) for s in shards])
 
     def apply(self, step: int | None = None) -> dict[str, float]:
         step = self.step if step is None else step  # the ranks' own counters see only train_step
-        return ray.get([w.apply.remote(step) for w in self.workers])[0]
+        return self._all("apply", *[(step,)] * len(self.workers))[0]
 
     def _from_rank0(self, method: str):
         # Sharded weights are gathered by a collective that every rank must join;
         # replicated ones (ddp) are read from rank 0 alone.
-        workers = self.workers if self.sharded else self.workers[:1]
-        return ray.get([getattr(w, method).remote() for w in workers])[0]
+        return self._all(method, workers=self.workers if self.sharded else self.workers[:1])[0]
 
     def engine_state_dict(self) -> dict[str, torch.Tensor]:
         return self._from_rank0("engine_state_dict")
@@ -158,11 +236,11 @@ class DataParallelTrainer:
         return state
 
     def load_state(self, state: dict, weights: dict[str, torch.Tensor]) -> None:
-        ray.get([w.load_state.remote(state, weights) for w in self.workers])
+        self._all("load_state", *[(state, weights)] * len(self.workers))
         self.step = int(state["step"])
 
     def parameters_per_worker(self) -> list[torch.Tensor]:
-        return ray.get([w.parameters_flat.remote() for w in self.workers])
+        return self._all("parameters_flat")
 
     def close(self) -> None:
         for w in self.workers:

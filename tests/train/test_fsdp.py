@@ -69,3 +69,35 @@ def test_two_fsdp_workers_match_one_process_and_resume(tiny_model_path):
             if t is not None:
                 t.close()
         ray.shutdown()
+
+
+@pytest.mark.slow
+def test_fsdp_workers_resume_a_checkpoint_of_a_plain_run(tiny_model_path, tmp_path):
+    """One worker in the driver saves torch's optimizer format (keyed by position); FSDP's
+    loader reads names. Switching to FSDP workers on resume (more workers, bigger
+    machine) must carry Adam's moments over, not fail or restart them."""
+    from roll_agentic.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+
+    cfg = TrainerConfig(lr=1e-2, micro_batch_size=3, lr_schedule="constant")
+    plain, straight = PolicyTrainer(tiny_model_path, cfg, AlgoConfig()), PolicyTrainer(tiny_model_path, cfg, AlgoConfig())
+    for s in range(2):
+        plain.train_step(random_batch(s, 6))
+        straight.train_step(random_batch(s, 6))
+    save_checkpoint(tmp_path, plain.step, plain.engine_state_dict(), plain.state(), {"buffer": {}})
+    weights, state, _ = load_checkpoint(latest_checkpoint(tmp_path))
+    init_ray(RayConfig(num_cpus=4))
+    dp = None
+    try:
+        dp = DataParallelTrainer(tiny_model_path, TrainerConfig(lr=1e-2, micro_batch_size=3, lr_schedule="constant",
+                                                                num_workers=2, strategy="fsdp"), AlgoConfig())
+        dp.load_state(state, weights)
+        m_dp, m_straight = dp.train_step(random_batch(2, 6)), straight.train_step(random_batch(2, 6))
+        assert m_dp["train/loss"] == pytest.approx(m_straight["train/loss"], rel=1e-5)
+        a, b = dp.engine_state_dict(), straight.engine_state_dict()
+        # Restarted moments would move every weight by about lr (1e-2) instead.
+        assert max((a[k] - b[k]).abs().max().item() for k in b) < 1e-6
+        assert dp.state()["step"] == 3
+    finally:
+        if dp is not None:
+            dp.close()
+        ray.shutdown()

@@ -49,3 +49,20 @@ def test_two_workers_stay_bitwise_equal_and_match_one_process(tiny_model_path, t
         dp.close()
     finally:
         ray.shutdown()
+
+
+@pytest.mark.slow
+def test_trainer_resources_name_cpus_as_the_pools_do(tiny_model_path):
+    """trainer.resources={CPU: 1}: Ray refuses "CPU"/"GPU" inside `resources`; they are
+    lifted into num_cpus/num_gpus (engine/placement.py), as for pools and env workers."""
+    init_ray(RayConfig(num_cpus=4))
+    dp = None
+    try:
+        dp = DataParallelTrainer(tiny_model_path, TrainerConfig(num_workers=2, micro_batch_size=4,
+                                                                resources={"CPU": 1}), AlgoConfig())
+        assert dp.train_step(random_batch(0, 5))["train/samples"] == 5
+        assert ray.available_resources().get("CPU", 0.0) == pytest.approx(2.0)  # 4 - one per worker
+    finally:
+        if dp is not None:
+            dp.close()
+        ray.shutdown()
