@@ -26,14 +26,23 @@ def shared_memory_dir(run_name: str) -> Path:
     return d
 
 
+# How long a sync waits for the engines to load a version. An engine past it
+# (wedged: alive, never answering) is counted failed and keeps its weights; its
+# requests carry that older version, so the staleness bound drops what it
+# serves. Without a limit one wedged engine held the trainer forever.
+LOAD_TIMEOUT_S = 600.0
+
+
 class WeightPublisher:
-    def __init__(self, engines: list, run_name: str):
+    def __init__(self, engines: list, run_name: str, load_timeout_s: float = LOAD_TIMEOUT_S):
         self.engines = engines
+        self.load_timeout_s = load_timeout_s
         self.dir = shared_memory_dir(run_name)
         self._last: Path | None = None
 
     def publish(self, version: int, state: dict[str, torch.Tensor]) -> dict[str, float]:
-        """Writes, loads on every live engine, and returns timings. Dead engines are skipped."""
+        """Writes, loads on every live engine, and returns timings. Dead engines, and
+        engines that do not load it within `load_timeout_s`, are counted failed."""
         t0 = time.perf_counter()
         path = self.dir / f"weights_v{version}.safetensors"
         tmp = path.with_suffix(".tmp")
@@ -42,10 +51,11 @@ class WeightPublisher:
         t1 = time.perf_counter()
         refs = [e.load_weights.remote(version, str(path)) for e in self.engines]
         failed = 0
+        deadline = time.monotonic() + self.load_timeout_s
         for ref in refs:
             try:
-                ray.get(ref)
-            except ray.exceptions.RayError:
+                ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
+            except ray.exceptions.RayError:  # dead, or no answer in time (GetTimeoutError)
                 failed += 1
         t2 = time.perf_counter()
         if self._last is not None and self._last != path:
