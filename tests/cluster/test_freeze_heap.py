@@ -39,11 +39,12 @@ def test_outside_an_actor_nothing_is_frozen():
 
 def test_outside_ray_it_does_not_start_ray():
     """A process that builds a worker or an engine without Ray must not get a local Ray
-    (20 s, and an instance nobody asked for) just to learn it is not an actor."""
-    import pytest
-    import ray
+    (20 s, and an instance nobody asked for) just to learn it is not an actor. In a
+    process of its own: the test process may hold another test's Ray."""
+    import subprocess
+    import sys
 
-    if ray.is_initialized():
-        pytest.skip("another test's Ray runs in this process: the question cannot be asked here")
-    freeze_startup_heap()
-    assert not ray.is_initialized()
+    code = ("import ray; from roll_agentic.cluster import freeze_startup_heap; "
+            "freeze_startup_heap(); print(ray.is_initialized())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "False", out.stdout + out.stderr
