@@ -57,6 +57,11 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.5
     enable_prefix_caching: bool = True
     max_batch: int = 64  # hf engine: requests decoded together
+    # vLLM, a weight sync with requests in flight: "recompute" (MECHANISMS R4) aborts them and
+    # each goes on from everything so far under the new weights, its KV cache recomputed;
+    # "keep" freezes them and goes on over the old weights' KV blocks (no re-prefill: cheaper
+    # where prefill is dear, e.g. on CPU; the sampled tokens' logprobs stay exact either way)
+    sync_in_flight: str = "recompute"
 
 
 @dataclass
@@ -256,6 +261,8 @@ def validate(cfg: Config) -> Config:
     for key, value in _non_finite(cfg, ""):
         _check(e, False, key, "a finite number", value)
     _check(e, cfg.engine.backend in ("auto", "vllm", "hf"), "engine.backend", "one of auto, vllm, hf", cfg.engine.backend)
+    _check(e, cfg.engine.sync_in_flight in ("recompute", "keep"), "engine.sync_in_flight", "recompute or keep",
+           cfg.engine.sync_in_flight)
     _check(e, cfg.engine.num_engines >= 1, "engine.num_engines", "an integer >= 1", cfg.engine.num_engines)
     _check(e, cfg.engine.temperature > 0, "engine.temperature", "a number > 0", cfg.engine.temperature)
     _check(e, 0 < cfg.engine.top_p <= 1, "engine.top_p", "a number in (0, 1]", cfg.engine.top_p)

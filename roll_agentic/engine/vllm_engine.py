@@ -139,8 +139,8 @@ class VLLMEngine:
             segment = 0
             while True:
                 pauses = self._pauses
-                reason = await self._segment(token_ids, tokens, logprobs, sampling,
-                                             request_id if segment == 0 else f"{request_id}/after-sync{segment}")
+                reason, spans = await self._segment(token_ids, tokens, logprobs, sampling,
+                                                    request_id if segment == 0 else f"{request_id}/after-sync{segment}")
                 # A weight sync aborted it mid-reply (R4: suspend, update, resume): it goes
                 # on under the new weights from a prompt of everything so far, so its KV
                 # cache is recomputed with them (a new cache salt: no block of the old
@@ -157,9 +157,9 @@ class VLLMEngine:
             self._running.pop(request_id, None)
             self._segments.pop(request_id, None)
         timings["compute_s"] = time.perf_counter() - t0
-        if self._version != version and "resumed_at_token" in timings:
-            # The request spanned a weight sync: tokens from `resumed_at_token` are newer.
-            timings["weight_version_end"] = float(self._version)
+        last = _last_version(spans, version)
+        if last != version:  # the request spanned a weight sync: later tokens are newer
+            timings["weight_version_end"] = float(last)
             self._stats["straddled"] += 1
         self._stats["requests"] += 1
         self._stats["generated_tokens"] += len(tokens)
@@ -169,8 +169,9 @@ class VLLMEngine:
         return GenerationResult(tokens, logprobs, reason, version, timings)
 
     async def _segment(self, token_ids: list[int], tokens: list[int], logprobs: list[float],
-                       sampling: SamplingParams, vllm_id: str) -> str:
-        """One vLLM request continuing `token_ids + tokens`; appends its output, returns its finish reason."""
+                       sampling: SamplingParams, vllm_id: str) -> tuple[str, Any]:
+        """One vLLM request continuing `token_ids + tokens`; appends its output, returns its
+        finish reason and its tokens' weight-version spans."""
         from vllm import SamplingParams as VSampling
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
@@ -184,18 +185,18 @@ class VLLMEngine:
         prompt = TokensPrompt(prompt_token_ids=[*token_ids, *tokens], cache_salt=f"weights-load{self._loads}")
         request_id = vllm_id.split("/after-sync", 1)[0]
         self._segments[request_id] = vllm_id  # what abort() must name in vLLM now
-        reason, resent = "abort", False
+        reason, spans, resent = "abort", None, False
         async for out in self._live().generate(prompt, params, request_id=vllm_id):
             comp = out.outputs[0]
             for pos, tok in zip(comp.logprobs or [], comp.token_ids, strict=True):
                 tokens.append(int(tok))
                 logprobs.append(float(pos[tok].logprob))
             if comp.finish_reason is not None:
-                reason = comp.finish_reason
+                reason, spans = comp.finish_reason, comp.weight_versions
             elif self._running[request_id] and not resent:  # aborted before vLLM knew the request
                 resent = True
                 await self._live().abort(vllm_id)
-        return reason
+        return reason, spans
 
     async def abort(self, request_id: str) -> None:
         """Ends that request only; its caller gets the tokens made so far, reason "abort"."""
@@ -217,12 +218,13 @@ class VLLMEngine:
             t0 = time.perf_counter()
             self._reloading = True  # new requests wait: their cache salt must name the new weights
             try:
-                # R4: in-flight requests are aborted with the tokens made so far and go on
-                # after the reload from a prompt of all of them (generate), so their KV
-                # cache is recomputed with the new weights. ("keep" froze them and went on
-                # over KV blocks the old weights had computed: a reply of two policies.)
+                # R4 ("recompute"): in-flight requests are aborted with the tokens made so
+                # far and go on after the reload from a prompt of all of them (generate), so
+                # their KV cache is recomputed with the new weights. "keep" freezes them and
+                # goes on over KV blocks the old weights computed (engine.sync_in_flight).
                 self._pauses += 1
-                await self._live().pause_generation(mode="abort", clear_cache=False)
+                mode = "abort" if self.cfg.sync_in_flight == "recompute" else "keep"
+                await self._live().pause_generation(mode=mode, clear_cache=False)
                 # A new salt before any weight changes (even a reload that fails half way):
                 # no prefix cached with earlier weights matches a later request.
                 self._loads += 1

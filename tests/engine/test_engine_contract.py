@@ -434,6 +434,32 @@ def test_a_reply_across_a_weight_sync_goes_on_with_its_kv_cache_recomputed(h: Ha
         _restore_base(h, model_dir)
 
 
+def test_sync_in_flight_keep_goes_on_over_the_old_kv_cache(h: Harness, model_dir: Path) -> None:
+    """engine.sync_in_flight=keep: no re-prefill; the reply still ends whole and says it straddled."""
+    if h.backend != "vllm":
+        pytest.skip("the hf engine finishes the requests in flight before it reloads")
+    path = _save(_perturbed_state(model_dir, seed=22), with_head=False)
+    h.engine.cfg.sync_in_flight = "keep"
+    try:
+        async def scenario() -> GenerationResult:
+            old = h.engine.weight_version()
+            task = asyncio.create_task(
+                h.engine.generate(PROMPT, SamplingParams(max_tokens=600, temperature=1.0), "kv-keep"))
+            await asyncio.sleep(0.3)
+            await h.engine.load_weights(old + 1, path)
+            return await task
+
+        recomputed = h.engine.stats()["recomputed"]
+        r = h.run(scenario(), timeout=180)
+        assert r.finish_reason == "length" and len(r.token_ids) == 600
+        assert "resumed_at_token" not in r.timings and h.engine.stats()["recomputed"] == recomputed
+        assert r.timings["weight_version_end"] == h.engine.weight_version()
+    finally:
+        h.engine.cfg.sync_in_flight = "recompute"
+        shutil.rmtree(os.path.dirname(path))
+        _restore_base(h, model_dir)
+
+
 def test_bad_weights_file_is_refused_and_engine_keeps_serving(h: Harness, model_dir: Path) -> None:
     state = _perturbed_state(model_dir, seed=9)
     state.pop("model.norm.weight")
