@@ -81,6 +81,7 @@ class TrajectoryBuffer:
         self._cond = asyncio.Condition()
         self._stopped = False
         self.last_error = ""
+        self.failures: dict[str, int] = {}  # failed trajectories by status, the run's totals
         self._failed_in_a_row = 0
         # Past this many failed groups in a row something is broken for every
         # episode (a reward endpoint down, an env that always raises): stop with
@@ -192,10 +193,9 @@ class TrajectoryBuffer:
         self._outstanding -= 1
         ok = [t for t in members if t.status == "ok"]
         failed = len(members) - len(ok)
-        self.counters.trajectories_failed += failed
         for t in members:
             if t.status != "ok":
-                self.last_error = f"{t.status}: {t.error}"[:500]
+                self._failed(t)
         if len(ok) < 2:  # GRPO needs two to compare; re-roll the same prompt
             self._group_failed()
             self.counters.trajectories_dropped += len(members)
@@ -206,6 +206,14 @@ class TrajectoryBuffer:
             self.counters.trajectories_dropped += failed
             self._ready.append(ok)
             self._group_completed()
+
+    def _failed(self, traj: Trajectory) -> None:
+        """Counts a failed trajectory under its status (env_failed, engine_failed,
+        reward_failed, stale, prompt_too_long, ...): `buffer/failed/<status>` says which
+        part of the system failed, where `buffer/trajectories_failed` only said how often."""
+        self.counters.trajectories_failed += 1
+        self.failures[traj.status] = self.failures.get(traj.status, 0) + 1
+        self.last_error = f"{traj.status}: {traj.error}"[:500]
 
     def _group_failed(self) -> None:
         self.counters.groups_dropped_failed += 1
@@ -271,7 +279,7 @@ class TrajectoryBuffer:
             Ticket("", g[0].task, g[0].seed, self._group_size[g[0].task], 0) for g in self._ready] + list(self._requeued)
         return {"version": self.state.version, "steps_taken": self.state.steps_taken,
                 "next_group": self.state.next_group, "rng_state": self.rng.getstate(),
-                "credit": dict(self._credit), "counters": asdict(self.counters),
+                "credit": dict(self._credit), "counters": asdict(self.counters), "failures": dict(self.failures),
                 "requeued": [{"task": t.task, "seed": t.seed, "group_size": t.group_size} for t in pending]}
 
     def import_state(self, state: dict) -> None:
@@ -284,6 +292,7 @@ class TrajectoryBuffer:
         self._credit.update(state.get("credit", {}))
         # The run's totals go on from where they were (before, `buffer/*` restarted at 0 on resume).
         self.counters = BufferCounters(**state.get("counters", {}))
+        self.failures = dict(state.get("failures", {}))
         # A resume runs with this run's task list (job.py says what changed): a prompt of a
         # task no longer configured has no worker that can play it (its ticket killed the
         # worker on a KeyError, and the trainer then waited forever), and a re-rolled
@@ -295,4 +304,5 @@ class TrajectoryBuffer:
         m = {f"buffer/{k}": float(v) for k, v in vars(self.counters).items()}
         m["buffer/ready_groups"] = float(len(self._ready))
         m["buffer/open_groups"] = float(len(self._open))
+        m.update({f"buffer/failed/{status}": float(n) for status, n in self.failures.items()})
         return m

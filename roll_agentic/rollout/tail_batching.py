@@ -156,9 +156,8 @@ class TailBatchingBuffer(TrajectoryBuffer):
         ticket = self._tickets[traj.group_id]
         ok = [t for t in members if t.status == "ok"]
         if traj.status != "ok":
-            self.counters.trajectories_failed += 1
+            self._failed(traj)
             self.counters.trajectories_dropped += 1
-            self.last_error = f"{traj.status}: {traj.error}"[:500]
             return
         if len(ok) >= ticket.keep:  # a response that lost the race within its prompt
             self.tail["extra_responses"] += 1

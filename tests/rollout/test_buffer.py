@@ -66,6 +66,11 @@ def test_failed_trajectories_are_left_out_and_counted():
         assert len(group) == 2 and all(t.status == "ok" for t in group)
         assert buf.counters.trajectories_failed == 1
         assert buf.counters.trajectories_dropped == 1
+        # which part failed, by status, in the metrics and across a resume
+        assert buf.metrics()["buffer/failed/reward_failed"] == 1.0
+        again = TrajectoryBuffer([TaskShare("a", 1.0, 3)], groups_per_step=1, alpha=0)
+        again.import_state(buf.export_state())
+        assert again.metrics()["buffer/failed/reward_failed"] == 1.0
     asyncio.run(main())
 
 
