@@ -29,6 +29,9 @@ from roll_agentic.engine.factory import make_engine
 from roll_agentic.engine.protocol import GenerationResult, SamplingParams
 
 log = logging.getLogger(__name__)
+# A suspect engine whose probe has not answered this long after its first expired
+# request is wedged for good: its host exits, and Ray restarts it.
+WEDGED_RESTART_S = 120.0
 PROBE = SamplingParams(max_tokens=1)  # the one-token request that shows a suspect engine serves
 
 
@@ -49,6 +52,8 @@ class EngineHost:
         self.vocab_size = _vocab_size(model_path)
         self.expired = 0  # requests clients gave up on
         self._suspect = False  # a request expired: the next ping probes the engine
+        self._suspect_since = 0.0  # when it became suspect (time.monotonic())
+        self.wedged_restart_s = WEDGED_RESTART_S
         self._probe: asyncio.Future | None = None  # shared by the pings waiting on it
         self._exiting: asyncio.Future | None = None
         freeze_startup_heap()
@@ -132,7 +137,8 @@ class EngineHost:
         """A client gave up waiting for this request: frees it in the engine, and makes
         the next `ping` prove the engine still serves."""
         self.expired += 1
-        self._suspect = True
+        if not self._suspect:
+            self._suspect, self._suspect_since = True, time.monotonic()
         await self.engine.abort(request_id)
 
     async def load_weights(self, version: int, source: str) -> int:
@@ -174,6 +180,12 @@ class EngineHost:
             if self._probe is None:
                 self._probe = asyncio.ensure_future(self.engine.generate([0], PROBE, f"probe-{time.time_ns()}"))
             probe = self._probe
+            if (not probe.done() and time.monotonic() - self._suspect_since > self.wedged_restart_s
+                    and _weights_file() is not None):
+                # Wedged for good (a frozen engine process, a stuck thread): nothing in it
+                # will answer again. Ending the actor is what gets it restarted by Ray;
+                # before, the rollout workers' watcher pinged it for 22 minutes and gave up.
+                await self._end(f"no request answered for {self.wedged_restart_s:g} s")
             try:
                 await asyncio.shield(probe)  # a caller's own timeout leaves the probe running
             except Exception:  # noqa: BLE001 - the probe's failure is the ping's; the next one probes again
@@ -193,12 +205,15 @@ class EngineHost:
         dead, and is routed to again once the restarted actor answers `ping`."""
         if self.engine.healthy() or _weights_file() is None:  # outside an actor: the error stands
             return
+        await self._end("its engine is dead")
+
+    async def _end(self, why: str) -> None:
         if self._exiting is None:  # the first caller stops the engine; the others wait for the end
-            self._exiting = asyncio.ensure_future(self._exit())
+            self._exiting = asyncio.ensure_future(self._exit(why))
         await asyncio.shield(self._exiting)
 
-    async def _exit(self) -> None:
-        log.error("engine host: its engine is dead; exiting so that Ray restarts it")
+    async def _exit(self, why: str) -> None:
+        log.error("engine host: %s; exiting so that Ray restarts it", why)
         try:
             await asyncio.wait_for(self.engine.shutdown(), 20.0)  # no engine process outlives the host
         except Exception:  # noqa: BLE001 - best effort: the process ends either way

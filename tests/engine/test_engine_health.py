@@ -140,3 +140,46 @@ def test_a_dead_vllm_engine_core_restarts_its_host_instead_of_refusing_every_req
         ray.kill(handle)
         if started:
             ray.shutdown()
+
+
+def _restart_after(host, seconds: float) -> None:
+    host.wedged_restart_s = seconds
+
+
+def test_an_engine_wedged_for_good_is_restarted_not_pinged_forever(tiny_model_path):
+    """A suspect engine whose probe has not answered for `wedged_restart_s` ends its actor,
+    so Ray restarts it: the workers' watcher used to ping it for 22 minutes, then give up."""
+    started = init_ray(RayConfig(num_cpus=2))
+    handle = engine_actor_class(1.0).remote("hf", tiny_model_path, EngineConfig(backend="hf"))
+    try:
+        ray.get(handle.ping.remote(), timeout=120)
+        first_pid = ray.get(handle.__ray_call__.remote(_pid), timeout=60)
+        ray.get(handle.__ray_call__.remote(_restart_after, 2.0), timeout=60)
+        ray.get(handle.__ray_call__.remote(_wedge), timeout=60)  # and never released
+
+        async def expire_one():
+            client = BatchingEngineClient(handle, request_timeout_s=1.0)
+            try:
+                await client.generate([1, 2, 3], SamplingParams(max_tokens=4), "wedged")
+            except EngineTimeout:
+                pass
+            while (await handle.stats.remote())["expired"] < 1:
+                await asyncio.sleep(0.05)
+
+        asyncio.run(expire_one())
+        time.sleep(2.5)
+        deadline = time.monotonic() + 300
+        while True:  # as the worker's watcher does: ping (10 s each) until an actor answers
+            try:
+                ray.get(handle.ping.remote(), timeout=10)
+                break
+            except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
+                assert time.monotonic() < deadline, "the wedged engine was never restarted"
+                time.sleep(1.0)
+        assert ray.get(handle.__ray_call__.remote(_pid), timeout=60) != first_pid
+        result = ray.get(handle.generate.remote([1, 2, 3], SamplingParams(max_tokens=3), "again"), timeout=120)
+        assert len(result.token_ids) == 3
+    finally:
+        ray.kill(handle)
+        if started:
+            ray.shutdown()
