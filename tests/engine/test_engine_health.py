@@ -125,21 +125,27 @@ def test_a_dead_vllm_engine_core_restarts_its_host_instead_of_refusing_every_req
 
         (failed,) = asyncio.run(main())
         assert isinstance(failed, Exception) and not isinstance(failed, EngineRefusedRequest), failed
-        deadline = time.monotonic() + 300
-        while True:  # as the worker's watcher does: ping until the restarted actor answers
-            try:
-                ray.get(handle.ping.remote(), timeout=30)
-                break
-            except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
-                assert time.monotonic() < deadline, "Ray never restarted the engine host"
-                time.sleep(1.0)
-        assert ray.get(handle.__ray_call__.remote(_pid), timeout=60) != first_pid
-        result = ray.get(handle.generate.remote([1, 2, 3], SamplingParams(max_tokens=3), "again"), timeout=120)
-        assert len(result.token_ids) == 3
+        _serves_again_restarted(handle, first_pid, ping_timeout_s=30)
     finally:
         ray.kill(handle)
         if started:
             ray.shutdown()
+
+
+def _serves_again_restarted(handle, first_pid: int, ping_timeout_s: float) -> None:
+    """Pings as the worker's watcher does until an actor answers; it must be a restarted
+    one (another process) that generates."""
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            ray.get(handle.ping.remote(), timeout=ping_timeout_s)
+            break
+        except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
+            assert time.monotonic() < deadline, "Ray never restarted the engine host"
+            time.sleep(1.0)
+    assert ray.get(handle.__ray_call__.remote(_pid), timeout=60) != first_pid
+    result = ray.get(handle.generate.remote([1, 2, 3], SamplingParams(max_tokens=3), "again"), timeout=120)
+    assert len(result.token_ids) == 3
 
 
 def _restart_after(host, seconds: float) -> None:
@@ -168,17 +174,7 @@ def test_an_engine_wedged_for_good_is_restarted_not_pinged_forever(tiny_model_pa
 
         asyncio.run(expire_one())
         time.sleep(2.5)
-        deadline = time.monotonic() + 300
-        while True:  # as the worker's watcher does: ping (10 s each) until an actor answers
-            try:
-                ray.get(handle.ping.remote(), timeout=10)
-                break
-            except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
-                assert time.monotonic() < deadline, "the wedged engine was never restarted"
-                time.sleep(1.0)
-        assert ray.get(handle.__ray_call__.remote(_pid), timeout=60) != first_pid
-        result = ray.get(handle.generate.remote([1, 2, 3], SamplingParams(max_tokens=3), "again"), timeout=120)
-        assert len(result.token_ids) == 3
+        _serves_again_restarted(handle, first_pid, ping_timeout_s=10)
     finally:
         ray.kill(handle)
         if started:
