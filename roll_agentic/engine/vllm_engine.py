@@ -48,6 +48,7 @@ from typing import Any
 
 from roll_agentic.config import EngineConfig
 from roll_agentic.engine.protocol import GenerationResult, SamplingParams
+from roll_agentic.engine.vllm_logging import quiet_expected_warnings
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class VLLMEngine:
         weight_transfer_backend: CUDA only, e.g. "nccl" or "ipc"; enables the
         `vllm-transfer:` sources of `load_weights` (see `init_weight_transfer`).
         """
+        quiet_expected_warnings()  # before vLLM's first import here configures its logging
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.platforms import current_platform
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -100,6 +102,7 @@ class VLLMEngine:
             logprobs_mode="processed_logprobs",
             worker_extension_cls=EXTENSION,
             disable_log_stats=True,
+            use_tqdm_on_load=False,  # a progress bar per engine start in the run's output
             **kwargs,
         )
         self.cfg = cfg
