@@ -21,6 +21,15 @@ This executor keeps the protection and drops the convoy:
   for a burst, not one per call.
 Timeouts stay with the caller (a hung call's future is cancelled there; its
 thread stays blocked and counts as busy, so it never holds up other calls).
+But a thread cannot be killed: a call that never returns kept its thread for
+good, and after `max_threads` of them each later call waited out its
+caller's timeout. A caller that gives up therefore calls
+`abandon(fut)`: the thread still on that call stops counting against
+`max_threads` (another serves the queue) and ends when the call returns, if
+ever. It is a daemon, so it never holds up the interpreter's exit, and
+`close()` waits for no thread. The caller bounds how many it abandons
+(`abandoned`): each one is a thread leaked, maybe spinning on the GIL. A call
+whose caller gave up before a thread took it is not run at all.
 """
 
 from __future__ import annotations
@@ -45,6 +54,8 @@ class ElasticExecutor:
         self._cv = threading.Condition()
         self._queue: deque[tuple[Callable[[], Any], asyncio.Future, str]] = deque()
         self._started: dict[int, float] = {}  # thread id -> when its current call began (0: none)
+        self._running: dict[int, tuple[asyncio.Future, str]] = {}  # thread id -> its current call's future, kind
+        self._abandoned: dict[int, str] = {}  # thread id -> kind of the call it was left on
         self._held: dict[int, list] = {}  # thread id -> results not yet handed to the loop
         self._threads = 0
         self._idle = 0  # threads waiting for work
@@ -72,7 +83,39 @@ class ElasticExecutor:
         self._schedule_check()  # also hands back results held by a thread that got stuck
         return fut
 
+    @property
+    def abandoned(self) -> int:
+        """Threads still on a call whose caller gave up (abandon)."""
+        return len(self._abandoned)
+
+    def abandoned_kinds(self) -> dict[str, int]:
+        """Kind -> how many threads are still on abandoned calls of that kind."""
+        with self._cv:
+            kinds = list(self._abandoned.values())
+        return {kind: kinds.count(kind) for kind in set(kinds)}
+
+    def abandon(self, fut: asyncio.Future) -> bool:
+        """The caller stopped waiting for `fut` (it timed out). If a thread is still on
+        that call, it no longer counts against max_threads, so calls waiting in the
+        queue get another thread; True then. False: the call had already returned,
+        or had not started (it never will: see _run)."""
+        with self._cv:
+            tid = next((t for t, (running, _) in self._running.items() if running is fut), None)
+            if tid is None:
+                return False
+            # Out of every count: a stuck thread among the running ones would make a later
+            # burst look stuck too and wake a thread per call.
+            self._abandoned[tid] = self._running.pop(tid)[1]
+            del self._started[tid]
+            held = self._held.pop(tid)  # results it made before this call: they may never go otherwise
+            self._threads -= 1
+            self._add_help_locked()
+        _deliver(held)
+        return True
+
     def close(self) -> None:
+        # Wakes idle threads to end; joins none: one stuck in a call would hold up the
+        # caller's shutdown for good (they are daemons, so neither does the interpreter's).
         with self._cv:
             self._closed = True
             self._cv.notify_all()
@@ -146,6 +189,11 @@ class ElasticExecutor:
                     self._waking = max(0, self._waking - 1)
                 if self._queue:
                     item = self._queue.popleft()
+                    # Its caller gave up before it started: nobody wants it run. (Read off the
+                    # loop: at worst a call given up on at this instant still runs.)
+                    if item[1].done():
+                        continue
+                    self._running[me] = item[1], item[2]
                     self._started[me] = time.monotonic()
                 elif not self._held[me]:  # nothing to run and nothing to hand back: wait
                     if self._closed:
@@ -172,6 +220,9 @@ class ElasticExecutor:
             with self._cv:
                 took = time.monotonic() - began
                 self._call_s[kind] = 0.8 * self._call_s.get(kind, took) + 0.2 * took
+                if self._abandoned.pop(me, None) is not None:
+                    return  # replaced (abandon): counted nowhere now, and nobody awaits this result
+                del self._running[me]
                 self._held[me].append(result)
                 full = len(self._held[me]) >= DELIVER_EVERY
                 if full:

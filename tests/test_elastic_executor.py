@@ -153,3 +153,107 @@ def test_slow_calls_of_one_kind_do_not_wait_behind_fast_ones_of_another():
 
     _run(main())
     assert tool_call.most == 6  # "env.step" is known slow (0.6 s > 0.5 s): each call got its thread at once
+
+
+class Hang:
+    """Calls that block until released, each marking when it started."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.started = threading.Semaphore(0)
+
+    def __call__(self) -> str:
+        self.started.release()
+        self.release.wait(30)
+        return "released"
+
+    def wait_started(self, n: int) -> None:
+        for _ in range(n):
+            assert self.started.acquire(timeout=5)
+
+
+def test_calls_given_up_on_stop_holding_threads_so_later_calls_still_run():
+    """A call that never returns kept its thread: max_threads of them and nothing ran again."""
+    hang = Hang()
+
+    async def main():
+        ex = ElasticExecutor(asyncio.get_running_loop(), max_threads=2, busy_after_s=0.01)
+        try:
+            for _ in range(3):  # more hung calls than threads, each given up on in turn
+                hung = [ex.submit(hang, kind="hangs") for _ in range(2)]
+                await asyncio.to_thread(hang.wait_started, 2)
+                for fut in hung:
+                    fut.cancel()  # the caller's timeout
+                    assert ex.abandon(fut)
+            assert ex.abandoned == 6 and ex.abandoned_kinds() == {"hangs": 6}
+            return await asyncio.wait_for(asyncio.gather(*(ex.submit(lambda i=i: i) for i in range(5))), 5)
+        finally:
+            hang.release.set()
+            ex.close()
+
+    assert _run(main()) == list(range(5))
+
+
+def test_an_abandoned_thread_that_returns_ends_and_a_finished_call_is_not_abandoned():
+    hang = Hang()
+
+    async def main():
+        ex = ElasticExecutor(asyncio.get_running_loop(), max_threads=2)
+        done = ex.submit(lambda: 1)
+        await asyncio.wait_for(asyncio.shield(done), 5)
+        assert not ex.abandon(done)  # it ran and returned: no thread to leave behind
+        hung = ex.submit(hang)
+        await asyncio.to_thread(hang.wait_started, 1)
+        hung.cancel()
+        assert ex.abandon(hung) and ex.abandoned == 1
+        hang.release.set()
+        for _ in range(500):  # it returns, finds itself replaced and ends
+            if ex.abandoned == 0:
+                break
+            await asyncio.sleep(0.01)
+        out = ex.abandoned, await asyncio.wait_for(ex.submit(lambda: "served"), 5)
+        ex.close()
+        return out
+
+    assert _run(main()) == (0, "served")
+
+
+def test_a_call_given_up_on_before_it_started_is_never_run():
+    hang, ran = Hang(), []
+
+    async def main():
+        ex = ElasticExecutor(asyncio.get_running_loop(), max_threads=1)
+        try:
+            hung = ex.submit(hang)
+            await asyncio.to_thread(hang.wait_started, 1)
+            queued = ex.submit(lambda: ran.append("queued"))  # waits: the only thread is stuck
+            queued.cancel()
+            assert not ex.abandon(queued)  # no thread is on it
+            hung.cancel()
+            assert ex.abandon(hung)
+            return await asyncio.wait_for(ex.submit(lambda: "next"), 5)
+        finally:
+            hang.release.set()
+            ex.close()
+
+    assert _run(main()) == "next" and ran == []
+
+
+def test_close_waits_for_no_stuck_thread():
+    """A run that ends must not hang at shutdown on a call that never returns."""
+    hang = Hang()
+
+    async def main():
+        ex = ElasticExecutor(asyncio.get_running_loop())
+        fut = ex.submit(hang)
+        await asyncio.to_thread(hang.wait_started, 1)
+        closer = threading.Thread(target=ex.close, daemon=True)
+        closer.start()
+        closer.join(5)
+        fut.cancel()
+        return closer.is_alive()
+
+    try:
+        assert _run(main()) is False
+    finally:
+        hang.release.set()

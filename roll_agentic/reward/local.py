@@ -13,12 +13,23 @@ then scores a run over the limit 0 here as there. Called as `reward(summary)`
 it had no deadline: a program looping in every test took past `timeout_s`,
 the trajectory failed and was left out of its batch, so the policy was never
 trained on the 0 its looping code earns.
+
+A call past its limit is given up, but its thread cannot be killed: one that
+never returns (an infinite loop, a blocking read) kept it for good, and after
+`max_concurrency` of them every reward call timed out while the run went on
+learning nothing, and nothing said why. The executor now leaves such a thread
+behind and serves the next calls on another (logged once per function); past
+STUCK_PER_SLOT x `max_concurrency` threads left behind, calls of a function
+that left some fail at once, saying to fix it or run it with
+reward.mode=serverless, where the emulator kills a timed-out invocation's
+worker process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import time
 from dataclasses import dataclass
 from types import ModuleType
@@ -26,6 +37,13 @@ from types import ModuleType
 from roll_agentic import faults
 from roll_agentic.elastic_executor import ElasticExecutor
 from roll_agentic.reward.outcome import RewardOutcome, parse_reward
+
+log = logging.getLogger(__name__)
+
+# Threads left on calls that never returned, per unit of max_concurrency, before calls
+# of the functions that left them fail at once: each is leaked for the process's life
+# (and one in a busy loop takes its share of the GIL from the event loop).
+STUCK_PER_SLOT = 2
 
 
 @dataclass
@@ -49,6 +67,8 @@ class LocalRewardClient:
         self._sem = asyncio.Semaphore(max_concurrency)
         self._pool: ElasticExecutor | None = None  # made in the event loop of the first call
         self._modules: dict[str, ModuleType] = {}
+        self.max_stuck = STUCK_PER_SLOT * max_concurrency
+        self._warned_stuck: set[str] = set()  # functions whose first left-behind call was logged
 
     def _module(self, function: str) -> tuple[ModuleType, bool]:
         mod = self._modules.get(function)
@@ -71,6 +91,7 @@ class LocalRewardClient:
         t0 = time.monotonic()
         loop = asyncio.get_running_loop()
         limit = self.timeout_s
+        run: asyncio.Future | None = None
         async with self._sem:
             try:
                 mod, first = self._module(function)
@@ -81,6 +102,10 @@ class LocalRewardClient:
                     # Fast reward functions of a burst run back to back on one or
                     # two threads instead of waking a thread each (elastic_executor.py).
                     self._pool = ElasticExecutor(loop, max_threads=self.max_concurrency)
+                pool = self._pool
+                if pool.abandoned >= self.max_stuck and (stuck := pool.abandoned_kinds().get(function)):
+                    return RewardOutcome(None, False, time.monotonic() - t0, 0, False, 0, 0.0, 0.0,
+                                         self._stuck_error(function, stuck, limit, pool.abandoned))
                 handler = getattr(mod, "handler", None)
                 if callable(handler):
                     def call(s: dict, handler=handler) -> object:
@@ -88,10 +113,18 @@ class LocalRewardClient:
                 else:
                     call = mod.reward
                 fn = faults.reward_fn(call)
-                run = self._pool.submit(lambda: fn(summary), kind=function)
+                run = pool.submit(lambda: fn(summary), kind=function)
                 result = await asyncio.wait_for(run, limit)
                 ran_ms = (time.monotonic() - t_run) * 1000.0
             except TimeoutError:
+                # run not cancelled: the reward itself raised a TimeoutError, its thread is free
+                if run is not None and run.cancelled() and pool.abandon(run) and function not in self._warned_stuck:
+                    self._warned_stuck.add(function)
+                    log.warning("%s.%s: a call still running after its %ss limit was left on its thread "
+                                "(Python threads cannot be killed); other threads serve the next calls. Past "
+                                "%d threads left so, its calls fail: if it can hang, fix it or run it with "
+                                "reward.mode=serverless (a timed-out invocation's process is killed)",
+                                self.package, function, limit, self.max_stuck)
                 return RewardOutcome(None, False, time.monotonic() - t0, 0, False, 0, 0.0, 0.0,
                                      f"{self.package}.{function}: timed out after {limit}s")
             except Exception as e:  # noqa: BLE001 - any failure of the reward is reported, not raised
@@ -100,6 +133,12 @@ class LocalRewardClient:
         value, err = parse_reward(result)
         return RewardOutcome(value, value is not None, time.monotonic() - t0, 0, first, 0, ran_ms, 0.0,
                              f"{self.package}.{function}: {err}" if err else "")
+
+    def _stuck_error(self, function: str, stuck: int, limit: float | None, total: int) -> str:
+        return (f"{self.package}.{function}: not called: {stuck} of its calls never returned after their {limit}s "
+                f"limit and still hold a thread each ({total} such threads in this process, {self.max_stuck} at "
+                f"most; Python threads cannot be killed). Fix rewards/{function}.py so it returns, or run it with "
+                f"reward.mode=serverless, where an invocation past its timeout has its worker process killed")
 
     async def close(self) -> None:
         if self._pool is not None:
