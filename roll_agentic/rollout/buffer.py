@@ -76,6 +76,9 @@ class TrajectoryBuffer:
         self._open: dict[str, list[Trajectory]] = {}
         self._tickets: dict[str, Ticket] = {}
         self._ready: deque[list[Trajectory]] = deque()
+        # Groups handed to the trainer since the last `advance`: not trained until then, so a
+        # checkpoint of a run stopped before its update can give them back (`export_state`).
+        self._taken: list[list[Trajectory]] = []
         self._outstanding = 0  # tickets issued whose group is not yet complete or dropped
         self._granted = 0  # tickets issued that count towards a step (drops give theirs back)
         self._cond = asyncio.Condition()
@@ -257,6 +260,7 @@ class TrajectoryBuffer:
                 await self._cond.wait()
             batch = [self._ready.popleft() for _ in range(min(num_groups, len(self._ready)))]
             self.counters.trajectories_trained += sum(len(g) for g in batch)
+            self._taken += batch
             return batch
 
     async def advance(self, version: int) -> None:
@@ -264,6 +268,7 @@ class TrajectoryBuffer:
         async with self._cond:
             self.state.version = version
             self.state.steps_taken += 1
+            self._taken.clear()  # trained
             self._cond.notify_all()
 
     async def stop(self) -> None:
@@ -272,14 +277,21 @@ class TrajectoryBuffer:
             self._cond.notify_all()
 
     # -- checkpoint ----------------------------------------------------------------------
-    def export_state(self) -> dict:
+    def export_state(self, untrained: bool = False) -> dict:
+        """The state a resume starts from. `untrained`: the groups taken since the last
+        `advance` were not trained (the run stopped before its update), so they are saved
+        as never taken: their prompts are re-issued and `trajectories_trained` leaves them out."""
         # In-flight and ready groups are not saved: on resume their tickets are
         # re-issued (requeued), so no prompt of the stream is skipped.
+        taken = self._taken if untrained else []
         pending = [self._tickets[g] for g in self._open] + [
-            Ticket("", g[0].task, g[0].seed, self._group_size[g[0].task], 0) for g in self._ready] + list(self._requeued)
+            Ticket("", g[0].task, g[0].seed, self._group_size[g[0].task], 0) for g in [*taken, *self._ready]
+        ] + list(self._requeued)
+        counters = asdict(self.counters)
+        counters["trajectories_trained"] -= sum(len(g) for g in taken)
         return {"version": self.state.version, "steps_taken": self.state.steps_taken,
                 "next_group": self.state.next_group, "rng_state": self.rng.getstate(),
-                "credit": dict(self._credit), "counters": asdict(self.counters), "failures": dict(self.failures),
+                "credit": dict(self._credit), "counters": counters, "failures": dict(self.failures),
                 "requeued": [{"task": t.task, "seed": t.seed, "group_size": t.group_size} for t in pending]}
 
     def import_state(self, state: dict) -> None:

@@ -202,6 +202,7 @@ class TailBatchingBuffer(TrajectoryBuffer):
                 await self._cond.wait()
             batch = [self._ready.popleft() for _ in range(min(num_groups, len(self._ready)))]
             self.counters.trajectories_trained += sum(len(g) for g in batch)
+            self._taken += batch
             return batch
 
     async def take_ready(self, version: int) -> tuple[list[list[Trajectory]], bool]:
@@ -213,22 +214,25 @@ class TailBatchingBuffer(TrajectoryBuffer):
             batch = list(self._ready)
             self._ready.clear()
             self.counters.trajectories_trained += sum(len(g) for g in batch)
+            self._taken += batch
             return batch, self._closed[self.round_id].is_set()
 
     async def advance(self, version: int) -> None:
         async with self._cond:
             self.state.version = version
             self.state.steps_taken += 1
+            self._taken.clear()  # trained
             self._start_round()
             self._cond.notify_all()
 
-    def export_state(self) -> dict:
-        state = super().export_state()
+    def export_state(self, untrained: bool = False) -> dict:
+        state = super().export_state(untrained)
         if self.round_kind == "long":
             # Its prompts go back to the head of the long queue, not to `requeued`: a resume
             # raced them again in a short round, cut off as before and re-deferred, when they
-            # had been deferred to this round (run without a cut-off). Every issued, open or
-            # ready group of the running round is one of them; only `_requeued` is not.
+            # had been deferred to this round (run without a cut-off). Every issued, open,
+            # ready or (`untrained`) taken group of the running round is one of them; only
+            # `_requeued` is not.
             state["requeued"] = [{"task": t.task, "seed": t.seed, "group_size": t.group_size}
                                  for t in self._requeued]
             queue = self._round_prompts + list(self.long_queue)
@@ -240,6 +244,10 @@ class TailBatchingBuffer(TrajectoryBuffer):
             queue = list(self.long_queue)
         state["long_queue"] = [list(x) for x in queue]
         state["tail"], state["round_kind"] = dict(self.tail), self.round_kind
+        if untrained and self._closed[self.round_id].is_set():
+            # The round closed but was not trained: it runs again on resume and counts its
+            # fill prompts again when it closes again.
+            state["tail"]["fill_prompts"] -= self._round_target - self.groups_per_step
         return state
 
     def import_state(self, state: dict) -> None:

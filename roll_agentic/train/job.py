@@ -266,8 +266,10 @@ class TrainingJob:
         ray.get(self.buffer.advance.remote(self.version))
         return m
 
-    def checkpoint(self) -> Path:
-        state = ray.get(self.buffer.export_state.remote())
+    def checkpoint(self, untrained: bool = False) -> Path:
+        """Saves the run. `untrained`: the groups the buffer handed out since its last
+        advance were not trained (the step stopped before its update): it keeps them."""
+        state = ray.get(self.buffer.export_state.remote(untrained))
         return save_checkpoint(self.run_dir / "checkpoints", self.version, self.trainer.engine_state_dict(),
                                self.trainer.state(), {"buffer": state, "run_name": self.run_name},
                                keep=self.cfg.trainer.keep_checkpoints)
@@ -393,8 +395,12 @@ class TrainingJob:
                       "checkpoint stands", flush=True)
             else:
                 print("\ninterrupted: saving a checkpoint before stopping ...", flush=True)
+                # Not torn: no step is half done. One whose update had not begun took groups
+                # (a streamed round's so far, or its batch) that trained nothing: saved as not
+                # taken, or a resume never ran their prompts (a whole step's advance emptied the
+                # list). Their streamed gradients are in no weight or optimizer state saved.
                 with contextlib.suppress(Exception):
-                    print(f"checkpoint: {self.checkpoint()}", flush=True)
+                    print(f"checkpoint: {self.checkpoint(untrained=True)}", flush=True)
         finally:
             self.guard.abandon()
             rows = log.read()

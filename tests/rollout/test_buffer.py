@@ -160,3 +160,22 @@ def test_resume_with_another_task_list_reissues_only_prompts_of_configured_tasks
         assert [(t.task, t.seed) for t in reissued[:2]] == [(t.task, t.seed) for t in saved if t.task == "a"]
         assert all(t.task == "a" and t.group_size == 4 for t in reissued)
     asyncio.run(main())
+
+
+def test_a_batch_taken_but_not_trained_is_saved_as_not_taken():
+    """Ctrl-C between `get_batch` and the update: the checkpoint lost the batch's prompts
+    (neither saved nor trained) and counted its trajectories as trained."""
+    async def main():
+        shares = [TaskShare("a", 1.0, 2)]
+        buf = TrajectoryBuffer(shares, groups_per_step=2, alpha=0, seed=1)
+        tickets = await _fill(buf, 0, 2)
+        await buf.get_batch(2, version=0)
+        clone = TrajectoryBuffer(shares, groups_per_step=2, alpha=0, seed=9)
+        clone.import_state(buf.export_state(untrained=True))
+        assert [(t.task, t.seed) for t in await clone.next_tickets(2)] == [(t.task, t.seed) for t in tickets]
+        assert clone.counters.trajectories_trained == 0
+        # once the step is taken (advance) the batch is trained: nothing to give back
+        await buf.advance(1)
+        after = buf.export_state(untrained=True)
+        assert after["requeued"] == [] and after["counters"]["trajectories_trained"] == 4
+    asyncio.run(main())

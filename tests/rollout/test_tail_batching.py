@@ -204,3 +204,79 @@ def test_a_resume_runs_the_long_round_its_deferred_prompts_were_waiting_for():
         await clone.advance(clone.state.version + 1)
         assert clone.round_kind == "short"
     asyncio.run(main())
+
+
+def _interrupted(buf, shares, **kw):
+    """A resume from the checkpoint of a run stopped before its step's update."""
+    clone = TailBatchingBuffer(shares, groups_per_step=buf.groups_per_step, seed=123, **kw)
+    clone.import_state(buf.export_state(untrained=True))
+    return clone
+
+
+def test_a_short_round_interrupted_while_streaming_reissues_every_prompt():
+    """Ctrl-C mid-round: the groups streamed so far (take_ready) were in neither the
+    checkpoint nor the weights, so a resume never ran their prompts, and counted them trained."""
+    async def main():
+        shares = [TaskShare("a", 1.0, 2)]
+        kw = {"eta": 1.5, "eta_responses": 1.0}
+        buf = TailBatchingBuffer(shares, groups_per_step=4, **kw)
+        tickets = await _drain_tickets(buf)  # six prompts race for four places
+        for t in tickets[:2]:
+            await buf.put_many([_traj(t, i) for i in range(2)])
+        taken, closed = await buf.take_ready(0)  # streamed, gradients accumulated
+        assert len(taken) == 2 and not closed
+        await buf.put_many([_traj(tickets[2], i) for i in range(2)])  # ready, not taken yet; three open
+        clone = _interrupted(buf, shares, **kw)
+        resumed = await _drain_tickets(clone)
+        assert sorted((t.task, t.seed) for t in resumed) == sorted((t.task, t.seed) for t in tickets)
+        assert clone.counters.trajectories_trained == 0
+        assert clone.tail["rounds_short"] == 1 and clone.round_id == 0
+    asyncio.run(main())
+
+
+def test_a_closed_short_round_interrupted_before_its_update_runs_again():
+    async def main():
+        shares = [TaskShare("a", 1.0, 2)]
+        kw = {"eta": 1.5, "eta_responses": 1.0}
+        buf = TailBatchingBuffer(shares, groups_per_step=2, **kw)
+        tickets = await _drain_tickets(buf)
+        for t in tickets[:2]:
+            await buf.put_many([_traj(t, i) for i in range(2)])
+        taken, closed = await buf.take_ready(0)
+        assert len(taken) == 2 and closed and list(buf.long_queue) == [(tickets[2].task, tickets[2].seed)]
+        clone = _interrupted(buf, shares, **kw)
+        resumed = await _drain_tickets(clone)
+        # the two finished prompts head the round again; the loser stays deferred, counted once
+        assert [(t.task, t.seed) for t in resumed[:2]] == [(t.task, t.seed) for t in tickets[:2]]
+        assert list(clone.long_queue) == list(buf.long_queue) and clone.tail["aborted_prompts"] == 1
+        assert clone.counters.trajectories_trained == 0 and clone.tail["rounds_short"] == 1
+    asyncio.run(main())
+
+
+def test_a_long_round_interrupted_before_its_update_runs_again_counted_once():
+    """A long round exists to finish its deferred prompts: one interrupted after it closed
+    (every group streamed) lost them all, and its fill prompts were counted twice."""
+    async def main():
+        shares = [TaskShare("slow", 1.0, 2), TaskShare("fast", 1.0, 2)]
+        kw = {"eta": 2.0, "eta_responses": 1.0}
+        buf = TailBatchingBuffer(shares, groups_per_step=4, **kw)
+        await _to_long_round(buf, "slow", drain=False)
+        trained, fill_before = buf.counters.trajectories_trained, buf.tail["fill_prompts"]
+        tickets = await _drain_tickets(buf)
+        assert len(tickets) == 6  # four deferred, two fill
+        for t in tickets:
+            await buf.put_many([_traj(t, i) for i in range(2)])
+        taken, closed = await buf.take_ready(0)
+        assert len(taken) == 6 and closed
+        clone = _interrupted(buf, shares, **kw)
+        assert clone.round_kind == "long" and clone.counters.trajectories_trained == trained
+        resumed = await _drain_tickets(clone)
+        assert sorted((t.task, t.seed) for t in resumed) == sorted((t.task, t.seed) for t in tickets)
+        for t in resumed:
+            await clone.put_many([_traj(t, i) for i in range(2)])
+        assert len(await clone.get_batch(4, 0)) == 6
+        await clone.advance(clone.state.version + 1)
+        assert clone.tail["fill_prompts"] == fill_before + 2  # the round's fill, counted once
+        assert clone.tail["rounds_long"] == buf.tail["rounds_long"] == 1
+        assert clone.counters.trajectories_trained == trained + 12
+    asyncio.run(main())
