@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 import uuid
 from typing import Any
@@ -32,9 +33,14 @@ from roll_agentic.rollout.conversation import Conversation, chat_format_for
 from roll_agentic.rollout.env_contract import checked
 from roll_agentic.rollout.trajectory import Ticket, Trajectory, Turn, json_scalars
 
+log = logging.getLogger(__name__)
+
 MAX_RESTARTS = 3
 ENGINE_RETRY_S = 0.25  # first back-off after an engine failure; doubles per attempt
 ENV_THREADS = 256  # at most this many env calls run at once (a thread each when slow)
+# Env calls that never returned past their timeout each keep a thread (it cannot be
+# killed); past this many, calls of an env that left some fail at once, saying why.
+MAX_STUCK_ENV_THREADS = 64
 
 
 class EnvFailure(RuntimeError):
@@ -98,6 +104,7 @@ class RolloutWorker:
         self.env_step_timeout_s = env_step_timeout_s
         self._free_envs: dict[str, list[Any]] = {name: [] for name in self.tasks}
         self._env_executor: ElasticExecutor | None = None  # made on first use, in the actor's loop
+        self._stuck_env_warned: set[str] = set()  # env calls whose first abandoned thread was logged
         self._stop = False
         self._watched: dict[int, asyncio.Task] = {}  # engines this worker waits on to come back
         self._open_step = 0  # the buffer has taken at least this many steps (held tickets, buffer.py)
@@ -227,8 +234,13 @@ class RolloutWorker:
         loop = asyncio.get_running_loop()
         if self._env_executor is None:
             self._env_executor = ElasticExecutor(loop, max_threads=ENV_THREADS)
-        fut = self._env_executor.submit(functools.partial(call, *args, **kwargs),
-                                        kind=getattr(fn, "__qualname__", ""))  # e.g. FrozenLakeText.step
+        executor = self._env_executor
+        kind = getattr(fn, "__qualname__", "")  # e.g. FrozenLakeText.step
+        if executor.abandoned >= MAX_STUCK_ENV_THREADS and (stuck := executor.abandoned_kinds().get(kind)):
+            raise EnvFailure(f"env call {kind} not made: {stuck} of its calls never returned after their "
+                             f"{self.env_step_timeout_s}s limit and still hold a thread each (threads cannot be "
+                             "killed); fix the env so its calls return")
+        fut = executor.submit(functools.partial(call, *args, **kwargs), kind=kind)
         expired = False
 
         def expire() -> None:
@@ -236,6 +248,12 @@ class RolloutWorker:
             if not fut.done():  # the thread runs on (it cannot be killed); the episode stops waiting
                 expired = True
                 fut.cancel()
+                # Its thread no longer counts: the next calls get another (a hung env kept
+                # one each, and after ENV_THREADS of them no episode could step at all).
+                if executor.abandon(fut) and kind not in self._stuck_env_warned:
+                    self._stuck_env_warned.add(kind)
+                    log.warning("env call %s still running after its %ss limit: left on its thread, other "
+                                "threads serve the next calls", kind, self.env_step_timeout_s)
 
         timer = loop.call_later(self.env_step_timeout_s, expire)
         try:

@@ -1,4 +1,5 @@
 import asyncio
+import threading
 import time
 
 import gymnasium as gym
@@ -146,3 +147,64 @@ def test_a_held_group_resets_its_envs_before_its_step_and_generates_only_after(t
     for traj in first + second:
         assert traj.status == "ok" and traj.num_turns == 3
     assert all(traj.start_version == 0 for traj in second)  # the hf engine's weights never changed
+
+
+
+RELEASE = threading.Event()  # set at each test's end: the stuck env threads return
+HANGS_LEFT = [0]  # how many more first steps hang (HangsFirst)
+
+
+class HangsFirst(SlowCounter):
+    """The first step of an episode blocks until RELEASE, for the first HANGS_LEFT[0] episodes
+    (hangs for ever with a large count): an env call that never returns."""
+
+    def step(self, action):
+        if self.t == 0 and HANGS_LEFT[0] > 0:
+            HANGS_LEFT[0] -= 1
+            RELEASE.wait()
+        return super().step(action)
+
+
+def _run_hanging(model_path, seconds: float, until_group: bool = False):
+    async def main():
+        engine, buffer, worker = _setup(model_path, alpha=1, delay=0.0, env="HangsFirst")
+        worker.env_step_timeout_s = 0.2
+        run = asyncio.ensure_future(worker.run())
+        groups = []
+        if until_group:
+            groups = await asyncio.wait_for(buffer.get_batch(1, version=0), seconds)
+        else:
+            await asyncio.sleep(seconds)
+        counters, stuck = dict(worker.counters), worker._env_executor.abandoned
+        await buffer.stop()
+        await worker.stop()
+        await asyncio.wait_for(run, 30)
+        return groups, counters, stuck
+
+    try:
+        return asyncio.run(main())
+    finally:
+        RELEASE.set()
+
+
+def test_env_calls_that_never_return_leave_their_threads_to_later_calls(tiny_model_path, monkeypatch):
+    import roll_agentic.rollout.worker as worker_mod
+
+    monkeypatch.setattr(worker_mod, "ENV_THREADS", 2)
+    RELEASE.clear()
+    HANGS_LEFT[0] = 2  # both threads hang: every later call, resets included, used to wait for ever
+    [group], counters, stuck = _run_hanging(tiny_model_path, 60, until_group=True)
+    assert stuck == 2 and counters["env_failures"] >= 2
+    assert all(t.status == "ok" for t in group)
+
+
+def test_an_env_that_always_hangs_stops_leaving_threads_past_the_bound(tiny_model_path, monkeypatch):
+    import roll_agentic.rollout.worker as worker_mod
+
+    monkeypatch.setattr(worker_mod, "MAX_STUCK_ENV_THREADS", 3)
+    RELEASE.clear()
+    HANGS_LEFT[0] = 10**6
+    _, counters, stuck = _run_hanging(tiny_model_path, 4.0)
+    # Checked before each call: calls already under way when the bound is reached add theirs.
+    assert 3 <= stuck <= 3 + 2  # group size 2
+    assert counters["env_failures"] > 2 * stuck  # the rest failed at once, leaving no thread
