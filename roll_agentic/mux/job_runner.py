@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -36,6 +36,7 @@ from roll_agentic.mux.job_state import JobRecord
 from roll_agentic.mux.phase_board import PhaseBoard
 from roll_agentic.mux.profile import PhaseKind
 from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
+from roll_agentic.train.checkpoint import latest_checkpoint
 from roll_agentic.train.step_metrics import rollout_metrics
 from roll_agentic.train.trainer import samples_from_groups
 from roll_agentic.train.weight_sync import shared_memory_dir
@@ -76,13 +77,20 @@ async def pin_actors(actors: list, cpus: Sequence[int]) -> None:
 
 class JobRunner:
     def __init__(self, cfg: Config, record: JobRecord, board: PhaseBoard, engines: dict[str, list],
-                 slots: dict[str, object], phase_timeout_s: float, rollout_cpus: Sequence[int] = ()):
+                 slots: dict[str, object], phase_timeout_s: float, rollout_cpus: Sequence[int] = (),
+                 on_trainer_lost: Callable[[str, str, str], Awaitable[None]] | None = None):
         self.cfg, self.record, self.board = cfg, record, board
         self.rollout_cpus = tuple(rollout_cpus)  # the rollout pool's cores: the job's workers run there
         self.name = record.name
         self.engines_by_node, self.slots = engines, slots
         self.phase_timeout_s = phase_timeout_s
+        # (node, job, why): a train phase found the node's trainer wedged or dead; called
+        # while this job still holds the node, so the multiplexer can replace the trainer
+        # before another job's phase reaches the old one.
+        self.on_trainer_lost = on_trainer_lost
         self.run_dir = Path(cfg.output_dir) / cfg.run_name
+        self.slot_args: tuple | None = None  # what a trainer slot's `register` takes after the job's name
+        self.state_node: str | None = None  # the training node whose memory holds the job's newest state
         self.version = 0
         self.model_path = ""
         self.workers: list = []
@@ -114,8 +122,8 @@ class JobRunner:
         self.router = ray.remote(num_cpus=0)(Router).remote(**router_kwargs(cfg))
         self.buffer = self._new_buffer()
         self._log = MetricsLog(self.run_dir, cfg.telemetry.tensorboard)
-        await asyncio.gather(*(s.register.remote(self.name, model_path, cfg.trainer, cfg.algo, cfg.engine.temperature,
-                                                 str(self.run_dir / "checkpoints")) for s in self.slots.values()))
+        self.slot_args = (model_path, cfg.trainer, cfg.algo, cfg.engine.temperature, str(self.run_dir / "checkpoints"))
+        await asyncio.gather(*(s.register.remote(self.name, *self.slot_args) for s in self.slots.values()))
         self._spawn_workers(rollout_nodes)
         await pin_actors([self.router, self.buffer, *self.workers], self.rollout_cpus)
         # Workers ready before the probe: their start-up is not a rollout phase.
@@ -278,6 +286,7 @@ class JobRunner:
                 # waiting for it, forever, with nothing in the status but "train".
                 async with asyncio.timeout(self.phase_timeout_s):
                     switch = await slot.switch_in.remote(self.name)
+                    self.state_node = node
                     t1 = time.perf_counter()
                     samples = samples_from_groups(self._groups, self.cfg.algo.adv_eps)
                     train_m = await slot.train.remote(self.name, samples)
@@ -289,13 +298,16 @@ class JobRunner:
                             await slot.state_bytes.remote(self.name)
                         await slot.park.remote(self.name, self.version, await self._run_state(),
                                                self.cfg.trainer.keep_checkpoints)
+                        self.state_node = None  # in its checkpoint only
                     elif self.version % self.cfg.trainer.save_every == 0 or self.version == self.cfg.trainer.total_steps:
                         await self.checkpoint(node)
-            except TimeoutError:
-                raise JobFailed(
-                    f"{kind} phase exceeded phase_timeout_s={self.phase_timeout_s} on {node}: its trainer "
-                    "did not answer (its checkpoints stay in its run directory)"
-                ) from None
+            except (TimeoutError, ray.exceptions.RayActorError) as err:
+                why = (f"{kind} phase exceeded phase_timeout_s={self.phase_timeout_s} on {node}: its trainer "
+                       "did not answer" if isinstance(err, TimeoutError)
+                       else f"{kind} phase on {node}: its trainer process died ({type(err).__name__})")
+                if self.on_trainer_lost is not None:
+                    await self.on_trainer_lost(node, self.name, why)
+                raise JobFailed(f"{why} (its checkpoints stay in its run directory)") from None
         self.record.step_ends.append(self.board.now())
         self.record.step = self.version
         record = asdict(switch)
@@ -305,6 +317,11 @@ class JobRunner:
                             "switch_kind": record["kind"]})
         self._train_m = train_m
         return record
+
+    def checkpointed_at_version(self) -> bool:
+        """Whether the job's latest checkpoint holds its current state (it can switch in cold)."""
+        ckpt = latest_checkpoint(self.run_dir / "checkpoints")
+        return ckpt is not None and ckpt.name == f"step_{self.version:06d}"
 
     async def _run_state(self) -> dict:
         state = await self.buffer.export_state.remote()

@@ -72,8 +72,10 @@ def format_status(snapshot: dict) -> str:
     lines = [f"multiplexer {snapshot['name']}  run dir {snapshot['run_dir']}  up {snapshot['uptime_s']:.0f}s"]
     busy = "  ".join(f"{p} {f:.0%}" for p, f in snapshot.get("pool_busy_fraction", {}).items())
     lines.append(f"pools busy: {busy or '-'}")
+    restarts = snapshot.get("trainer_restarts", {})
     for node, n in snapshot.get("nodes", {}).items():
-        lines.append(f"  node {node} ({n['pool']}): holder {n['holder'] or '-'}  waiting {n['waiting'] or '-'}")
+        again = f"  trainer restarted {restarts[node]}x" if restarts.get(node) else ""
+        lines.append(f"  node {node} ({n['pool']}): holder {n['holder'] or '-'}  waiting {n['waiting'] or '-'}{again}")
     lines.append("groups:")
     for g in snapshot.get("groups", []):
         lines.append(f"  group {g['group_id']}: nodes {g['nodes']}  members {g['members']}")

@@ -60,6 +60,7 @@ class Multiplexer:
         self.phys: dict[int, str] = {}  # book node id -> physical node name
         self.engines: dict[str, list] = {}
         self.slots: dict[str, object] = {}
+        self.trainer_restarts: dict[str, int] = {}  # training node -> trainer processes replaced
         self._changed: asyncio.Condition | None = None
         self._started = False
         self._failing: set[str] = set()  # jobs the multiplexer ends for a fault (shown failed, not cancelled)
@@ -79,10 +80,9 @@ class Multiplexer:
             self.engines[name] = [actor.remote(m.backend, self.pool_model_path, cfg.engine, seed=r * 100 + i,
                                                pool=name, hardware="rollout") for i in range(m.engines_per_node)]
             self.board.add_node(name, Pool.ROLLOUT.value)
-        slot_cls = ray.remote(num_cpus=0, max_concurrency=1)(TrainerSlot)
         for t in range(m.train_nodes):
             name = f"train{t}"
-            self.slots[name] = slot_cls.remote(name, m.residency_budget_bytes, m.train_threads, m.flush_denormal)
+            self.slots[name] = self._new_slot(name)
             self.board.add_node(name, Pool.TRAIN.value)
         await asyncio.gather(*(e.ping.remote() for es in self.engines.values() for e in es),
                              *(s.ping.remote() for s in self.slots.values()))
@@ -91,6 +91,41 @@ class Multiplexer:
         self._changed = asyncio.Condition()
         self._started = True
         return True
+
+    def _new_slot(self, name: str):
+        m = self.m
+        return ray.remote(num_cpus=0, max_concurrency=1)(TrainerSlot).remote(
+            name, m.residency_budget_bytes, m.train_threads, m.flush_denormal)
+
+    async def _trainer_lost(self, node: str, job: str, why: str) -> None:
+        """`job`'s train phase found `node`'s trainer wedged or dead: the node gets a new one.
+
+        A slot serves one call at a time, so a wedged one failed every job that
+        trained there after it, each after its own phase_timeout_s, for the
+        multiplexer's whole life. Called while `job` still holds the node: no
+        other job's phase reaches the old trainer in between. The jobs whose
+        newest state was in the old process (trained there since their last
+        checkpoint) fail now, saying so; the others are registered again and
+        switch in cold from their checkpoints."""
+        with contextlib.suppress(Exception):
+            ray.kill(self.slots[node], no_restart=True)
+        new = self.slots[node] = self._new_slot(node)
+        self.trainer_restarts[node] = self.trainer_restarts.get(node, 0) + 1
+        await new.ping.remote()
+        await pin_actors([new], self.m.train_cpus)
+        for name, runner in list(self.runners.items()):
+            rec = self.records[name]
+            if name == job or rec.state.final or runner.slot_args is None:
+                continue
+            if runner.state_node == node and not runner.checkpointed_at_version():
+                rec.reason = (f"its trainer on {node} was restarted ({job}: {why}), and its state since its "
+                              "last checkpoint was in that process (its checkpoints stay in its run directory)")
+                self._failing.add(name)
+                self.tasks[name].cancel()
+                continue
+            await new.register.remote(name, *runner.slot_args)
+            if node in rec.nodes and "state_bytes" in rec.profile:  # placed there: its host memory is held
+                await new.reserve.remote(name, int(rec.profile["state_bytes"]))
 
     # -- submission -------------------------------------------------------------------------
     def _job_config(self, cfg: Config, name: str, engines: int) -> Config:
@@ -150,7 +185,7 @@ class Multiplexer:
 
     async def _lifecycle(self, cfg: Config, rec: JobRecord, model_path: str) -> None:
         runner = JobRunner(cfg, rec, self.board, self.engines, self.slots, self.m.phase_timeout_s,
-                           self.m.rollout_cpus)
+                           self.m.rollout_cpus, on_trainer_lost=self._trainer_lost)
         self.runners[rec.name] = runner
         placed = False
         try:
@@ -268,7 +303,7 @@ class Multiplexer:
                    "members": list(g.pinning)} for g in self.book.groups.values()]
         return {"name": self.m.name, "run_dir": str(self.run_dir), "uptime_s": self.board.now(),
                 "pool_busy_fraction": self.board.busy_fraction(0.0, self.board.now()),
-                "nodes": self.board.snapshot(), "groups": groups,
+                "nodes": self.board.snapshot(), "groups": groups, "trainer_restarts": dict(self.trainer_restarts),
                 "jobs": [r.to_dict() for r in self.records.values()]}
 
     def result(self) -> dict:

@@ -111,9 +111,10 @@ def test_jobs_share_pools_a_crash_stalls_nobody_and_an_oversized_job_is_refused(
     ray.get(mux.shutdown.remote())
 
 
-def test_a_wedged_trainer_fails_its_job_and_lets_go_of_the_node(ray_local, tiny_model_path, tmp_path):
-    """A train step that never answers (injected: the slot's third step blocks for 60 s)
-    fails the job after phase_timeout_s with the reason, and the node is free again."""
+def test_a_wedged_trainer_fails_its_job_and_the_node_gets_a_new_one(ray_local, tiny_model_path, tmp_path):
+    """A train step that never answers (injected: the slot's third step blocks for an hour)
+    fails the job after phase_timeout_s with the reason; the node's trainer is replaced, so
+    a job submitted next trains there to its end (it used to queue behind the wedged call)."""
     from roll_agentic import faults
 
     cfg, spec = _job("wedged", 4)
@@ -121,7 +122,8 @@ def test_a_wedged_trainer_fails_its_job_and_lets_go_of_the_node(ray_local, tiny_
     m = MuxConfig(name="w", residency_budget_bytes=need * 2, profile_margin=1.0, slo_headroom=0.0,
                   warm_switch_s=0.0, phase_timeout_s=20.0)
     # Child actors (the trainer slots) inherit the multiplexer's runtime env: the fault reaches them.
-    env = {faults.ENV_SPEC: "train_hang:1:1:2", faults.ENV_HANG_S: "60", faults.ENV_DIR: str(tmp_path / "faults")}
+    # Claimed once across processes (the dir): the replacement trainer does not hang again.
+    env = {faults.ENV_SPEC: "train_hang:1:1:2", faults.ENV_HANG_S: "3600", faults.ENV_DIR: str(tmp_path / "faults")}
     (tmp_path / "faults").mkdir()
     mux = multiplexer_actor().options(runtime_env={"env_vars": env}).remote(m, str(tmp_path), tiny_model_path)
     ray.get(mux.start.remote())
@@ -132,5 +134,12 @@ def test_a_wedged_trainer_fails_its_job_and_lets_go_of_the_node(ray_local, tiny_
     assert job["state"] == "failed", job
     assert "train phase exceeded phase_timeout_s=20.0" in job["reason"], job["reason"]
     assert all(n["holder"] is None for n in status["nodes"].values())
+    assert status["trainer_restarts"] == {"train0": 1}
+    assert "trainer restarted 1x" in format_status(status)
+
+    ray.get(mux.submit.remote(*_job("next", 2)))
+    assert ray.get(mux.wait.remote(None, 300.0)), format_status(ray.get(mux.status.remote()))
+    after = {j["name"]: j for j in ray.get(mux.status.remote())["jobs"]}
+    assert after["next"]["state"] == "done", after["next"]
     assert [r["kind"] for r in faults.read_injected(tmp_path / "faults")] == ["train_hang"]
-    ray.kill(mux)
+    ray.get(mux.shutdown.remote())

@@ -279,3 +279,69 @@ def test_an_address_file_left_by_a_killed_multiplexer_is_reported_not_retried(tm
     with pytest.raises(FileNotFoundError, match="no running multiplexer"):
         connect(path)
     assert time.monotonic() - t0 < 10
+
+
+class _Call:
+    """`actor.method.remote(...)`: records the call, returns an awaitable."""
+
+    def __init__(self, log: list, name: str):
+        self.log, self.name = log, name
+
+    def remote(self, *args):
+        self.log.append((self.name, args))
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(True)
+        return fut
+
+
+class _FakeSlot:
+    def __init__(self):
+        self.calls: list = []
+
+    def __getattr__(self, name: str) -> _Call:
+        return _Call(self.calls, name)
+
+
+def test_a_lost_trainer_is_replaced_and_only_jobs_whose_state_it_held_fail(monkeypatch, tmp_path):
+    """`_trainer_lost`: the node gets a new trainer; a job checkpointed at its step is
+    registered on it again (with its reservation), one trained there since its last
+    checkpoint is failed with the reason, the job that found it wedged is left to fail itself."""
+    from types import SimpleNamespace
+
+    from roll_agentic.mux import multiplexer as mux_mod
+
+    monkeypatch.setattr(mux_mod.ray, "kill", lambda *a, **k: None)
+    mux = mux_mod.Multiplexer(MuxConfig(name="t"), str(tmp_path), "unused")
+    fresh = _FakeSlot()
+    monkeypatch.setattr(mux, "_new_slot", lambda name: fresh)
+    mux.slots = {"train0": _FakeSlot(), "train1": _FakeSlot()}
+
+    def job(name: str, state_node: str | None, checkpointed: bool, nodes: list[str]):
+        rec = JobRecord(name, 2.0, 10, state=JobState.RUNNING, nodes=nodes, profile={"state_bytes": 100.0})
+        mux.records[name] = rec
+        mux.runners[name] = SimpleNamespace(slot_args=("model", "cfg"), state_node=state_node,
+                                            checkpointed_at_version=lambda: checkpointed)
+
+    job("wedged", "train0", False, ["rollout0", "train0"])
+    job("lost", "train0", False, ["rollout0", "train0"])
+    job("saved", "train0", True, ["rollout0", "train0"])
+    job("elsewhere", "train1", False, ["rollout1", "train1"])
+
+    async def main() -> dict[str, bool]:
+        tasks = {n: asyncio.ensure_future(asyncio.sleep(60)) for n in mux.records}
+        mux.tasks = tasks
+        await mux._trainer_lost("train0", "wedged", "train phase exceeded phase_timeout_s=20.0 on train0")
+        await asyncio.sleep(0)
+        cancelled = {n: t.cancelled() for n, t in tasks.items()}
+        for t in tasks.values():
+            t.cancel()
+        return cancelled
+
+    cancelled = asyncio.run(main())
+    assert mux.slots["train0"] is fresh and mux.trainer_restarts == {"train0": 1}
+    assert cancelled == {"wedged": False, "lost": True, "saved": False, "elsewhere": False}
+    assert "lost" in mux._failing and "was restarted (wedged: train phase exceeded" in mux.records["lost"].reason
+    registered = [args[0] for name, args in fresh.calls if name == "register"]
+    reserved = [args for name, args in fresh.calls if name == "reserve"]
+    assert sorted(registered) == ["elsewhere", "saved"]  # every live job can train on any node
+    assert reserved == [("saved", 100)]  # only the job placed there holds its host memory
