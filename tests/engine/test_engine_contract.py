@@ -403,6 +403,16 @@ def test_requests_in_flight_survive_a_weight_sync(h: Harness, model_dir: Path) -
         _restore_base(h, model_dir)
 
 
+async def _reply_across_a_sync(h: Harness, path: str, request_id: str) -> GenerationResult:
+    """A 600-token reply during which the engine loads the weights at `path`."""
+    old = h.engine.weight_version()
+    task = asyncio.create_task(
+        h.engine.generate(PROMPT, SamplingParams(max_tokens=600, temperature=1.0), request_id))
+    await asyncio.sleep(0.3)
+    await h.engine.load_weights(old + 1, path)
+    return await task
+
+
 def test_a_reply_across_a_weight_sync_goes_on_with_its_kv_cache_recomputed(h: Harness, model_dir: Path) -> None:
     """R4: suspend, update, resume, and in-flight requests recompute their KV cache. The
     tokens after the sync are the new policy's given everything before them; frozen and
@@ -412,15 +422,7 @@ def test_a_reply_across_a_weight_sync_goes_on_with_its_kv_cache_recomputed(h: Ha
     state = _perturbed_state(model_dir, seed=21)
     path = _save(state, with_head=False)
     try:
-        async def scenario() -> GenerationResult:
-            old = h.engine.weight_version()
-            task = asyncio.create_task(
-                h.engine.generate(PROMPT, SamplingParams(max_tokens=600, temperature=1.0), "kv-sync"))
-            await asyncio.sleep(0.3)
-            await h.engine.load_weights(old + 1, path)
-            return await task
-
-        r = h.run(scenario(), timeout=180)
+        r = h.run(_reply_across_a_sync(h, path, "kv-sync"), timeout=180)
         assert r.finish_reason == "length" and len(r.token_ids) == 600
         k = int(r.timings["resumed_at_token"])
         assert 0 < k < 600, k
@@ -441,16 +443,8 @@ def test_sync_in_flight_keep_goes_on_over_the_old_kv_cache(h: Harness, model_dir
     path = _save(_perturbed_state(model_dir, seed=22), with_head=False)
     h.engine.cfg.sync_in_flight = "keep"
     try:
-        async def scenario() -> GenerationResult:
-            old = h.engine.weight_version()
-            task = asyncio.create_task(
-                h.engine.generate(PROMPT, SamplingParams(max_tokens=600, temperature=1.0), "kv-keep"))
-            await asyncio.sleep(0.3)
-            await h.engine.load_weights(old + 1, path)
-            return await task
-
         recomputed = h.engine.stats()["recomputed"]
-        r = h.run(scenario(), timeout=180)
+        r = h.run(_reply_across_a_sync(h, path, "kv-keep"), timeout=180)
         assert r.finish_reason == "length" and len(r.token_ids) == 600
         assert "resumed_at_token" not in r.timings and h.engine.stats()["recomputed"] == recomputed
         assert r.timings["weight_version_end"] == h.engine.weight_version()
