@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from roll_agentic.mux.group import Group
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
 from roll_agentic.mux.round_robin import MemberPlan, evaluate_on, members_of
 from roll_agentic.mux.slo_check import progress_rate
+
+if TYPE_CHECKING:
+    from roll_agentic.mux.floor_base import FloorBase
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ class GroupView:
     # The others' summed rate without a member, where `adds` ran it: the
     # group's rate once that member has left (`RollMuxPolicy._group_view`).
     rates_without: dict[str, float] = field(default_factory=dict)
+    # The members' share of its candidates' SLO bounds (`floor_base.py`), once built.
+    floor_base: list[FloorBase] = field(default_factory=list)
 
     @cached_property
     def rate(self) -> float:

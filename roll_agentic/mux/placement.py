@@ -47,6 +47,7 @@ from typing import cast
 from roll_agentic.mux.batch import SEED_ORDERS, BatchStep, PlaceFn, build_plan, search_batch
 from roll_agentic.mux.candidate_rank import Options, Ranked, RankRules, rank_candidates
 from roll_agentic.mux.candidates import new_group_placement, rollout_options
+from roll_agentic.mux.floor_base import FloorBase
 from roll_agentic.mux.group import (
     CandidateKind,
     Group,
@@ -65,7 +66,6 @@ from roll_agentic.mux.policy import RoundRobinPhases
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
 from roll_agentic.mux.rehome import MoveOffer, Rehomer
 from roll_agentic.mux.round_robin import MemberPlan, evaluate_on
-from roll_agentic.mux.slo_bound import feasible_floors
 from roll_agentic.mux.slo_check import progress_rate, slo_periods_ok
 from roll_agentic.mux.trim import could_trim, own_rollout_nodes, trim_offer
 
@@ -449,7 +449,7 @@ class RollMuxPolicy(RoundRobinPhases):
             # Only with FIFO rollout nodes, where the run is slow and the
             # screens above, which assume turn-locked paces, miss most refusals.
             if screen and fifo:
-                floors = feasible_floors(plans, profiles, self.headroom, switch, True)
+                floors = _floor_base(view, profiles, self.headroom, switch).feasible_floors(plan, job)
                 if floors is None:
                     continue
                 # Its progress at those floors is the most it could make: if
@@ -483,3 +483,17 @@ class RollMuxPolicy(RoundRobinPhases):
         if best is not fallback:
             self._joined[best.group_id] = joined
         return best, best_score if best is not fallback else fallback_score
+
+
+def _floor_base(view: GroupView, profiles: list[JobProfile], headroom: float, switch_s: float) -> FloorBase:
+    """The view's members' share of its candidates' SLO bounds (`floor_base.py`);
+    `profiles`: theirs, the newcomer last."""
+    members = profiles[:-1]
+    kept = view.floor_base
+    if kept:
+        base = kept[0]
+        if base.headroom == headroom and base.switch_s == switch_s and base.matches(view.plans, members):
+            return base
+    base = FloorBase.of(view.plans, members, headroom, switch_s)
+    view.floor_base[:] = [base]
+    return base

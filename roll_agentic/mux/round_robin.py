@@ -21,8 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from roll_agentic.mux.fifo_rollout import fifo_train_ends, with_queueing
+from roll_agentic.mux.fifo_rollout import fifo_train_ends, queued_periods, with_queueing
 from roll_agentic.mux.group import Group, Pinning
+from roll_agentic.mux.pace_lock import slowest_linked
 from roll_agentic.mux.profile import (
     ClusterSpec,
     PhaseKind,
@@ -112,24 +113,9 @@ def locked_periods(
     serve first come, first served (`fifo_rollout`) take no turns and lock
     no paces: only shared training nodes link members then.
     """
-    parent = list(range(len(members)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    first: dict[int, int] = {}
-    for i, m in enumerate(members):
-        for n in m.train_nodes if fifo_rollout else (*m.rollout_nodes, *m.train_nodes):
-            j = first.setdefault(n, i)
-            parent[root(i)] = root(j)
-    slowest: dict[int, float] = {}
-    for i, t in enumerate(periods):
-        r = root(i)
-        slowest[r] = max(slowest.get(r, 0.0), t)
-    return [slowest[root(i)] for i in range(len(members))]
+    if fifo_rollout:
+        return slowest_linked(periods, [m.train_nodes for m in members])
+    return slowest_linked(periods, [(*m.rollout_nodes, *m.train_nodes) for m in members])
 
 
 def evaluate_round_robin(
@@ -165,32 +151,42 @@ def evaluate_round_robin(
     """
     if meta_iterations is None:
         meta_iterations = 6 + 3 * len(members)
+    in_roll: set[int] = set().union(*[m.rollout_nodes for m in members])
+    if not in_roll.isdisjoint(set().union(*[m.train_nodes for m in members])):
+        return _evaluate_by_events(members, meta_iterations, switch_s, fifo_rollout)
+    # Nodes renumbered densely, in order of first mention (rollout nodes first per member).
     index: dict[int, int] = {}
     roll_nodes: list[list[int]] = []
     train_nodes: list[list[int]] = []
     for m in members:
-        roll_nodes.append([index.setdefault(n, len(index)) for n in m.rollout_nodes])
-        train_nodes.append([index.setdefault(n, len(index)) for n in m.train_nodes])
-    in_roll = {n for ns in roll_nodes for n in ns}
-    if any(n in in_roll for ns in train_nodes for n in ns):
-        return _evaluate_by_events(members, meta_iterations, switch_s, fifo_rollout)
+        ids = []
+        for n in m.rollout_nodes:
+            ids.append(index.setdefault(n, len(index)))
+        roll_nodes.append(ids)
+        ids = []
+        for n in m.train_nodes:
+            ids.append(index.setdefault(n, len(index)))
+        train_nodes.append(ids)
     n_nodes = len(index)
     if fifo_rollout:
+        # Rollout and training nodes are disjoint here: every rollout node
+        # serves first come, first served (`_fifo_periods` finds the same).
+        times = [m.times for m in members]
+        holds = [t.roll_node_s for t in times]
         ends, period = fifo_train_ends(
             roll_nodes,
             train_nodes,
-            [m.times.roll_s for m in members],
-            [m.times.roll_node_s for m in members],
-            [m.times.train_s for m in members],
-            [m.times.sync_s for m in members],
+            [t.roll_s for t in times],
+            holds,
+            [t.train_s for t in times],
+            [t.sync_s for t in times],
             n_nodes,
             meta_iterations,
             switch_s,
             stop_on_repeat=True,
         )
-        if period is not None:
-            return _fifo_periods([period] * len(members), members)
-        return _fifo_periods([_steady_period(e) for e in ends], members)
+        periods = [period] * len(members) if period is not None else [_steady_period(e) for e in ends]
+        return queued_periods(periods, [t.iter_s for t in times], holds, roll_nodes, train_nodes)
     free = [0.0] * n_nodes  # when each node's previous phase ends
     last = [-1] * n_nodes  # its previous phase: 2 * member (+1 for training)
     ready = [0.0] * len(members)  # when each member's next rollout may start

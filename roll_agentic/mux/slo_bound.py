@@ -25,9 +25,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from roll_agentic.mux.pace_lock import slowest_linked
 from roll_agentic.mux.profile import JobProfile
 from roll_agentic.mux.round_robin import MemberPlan, locked_periods
 from roll_agentic.mux.slo_check import group_headroom
+
+
+def training_loads(plans: Sequence[MemberPlan], times: Sequence, switch_s: float
+                   ) -> tuple[dict[int, float], dict[int, int]]:
+    """Per training node: the seconds of training (switches included) its members
+    put on it in one turn each, and how many members train there."""
+    train_load: dict[int, float] = {}
+    on_train: dict[int, int] = {}
+    for m, t in zip(plans, times, strict=True):
+        for x in m.train_nodes:
+            train_load[x] = train_load.get(x, 0.0) + t.train_s + switch_s
+            on_train[x] = on_train.get(x, 0) + 1
+    return train_load, on_train
 
 
 def period_floors(
@@ -42,33 +56,36 @@ def period_floors(
     feasible; with FIFO rollout nodes they bound each member's least wait.
     """
     n = len(plans)
-    train_load: dict[int, float] = {}
-    on_train: dict[int, int] = {}
-    for m in plans:
-        for x in m.train_nodes:
-            train_load[x] = train_load.get(x, 0.0) + m.times.train_s + switch_s
-            on_train[x] = on_train.get(x, 0) + 1
+    times = [m.times for m in plans]
+    train_load, on_train = training_loads(plans, times, switch_s)
     # Each member's own bound: its iteration (plus its least FIFO wait), its
     # shared training nodes' loads.
-    bound = [m.times.iter_s for m in plans]
+    bound = [t.iter_s for t in times]
     if fifo_rollout and budgets is not None:
         fifo = [set(m.rollout_nodes).difference(train_load) for m in plans]
         for k in range(n):
-            if not fifo[k]:
+            mine = fifo[k]
+            if not mine:
                 continue
             wait = 0.0
             for j in range(n):
-                if j != k and not fifo[k].isdisjoint(fifo[j]):
-                    hold = plans[j].times.roll_node_s
+                if j != k and not mine.isdisjoint(fifo[j]):
+                    hold = times[j].roll_node_s
                     wait += hold * hold / (2.0 * budgets[j])
             bound[k] += wait
-    for k, m in enumerate(plans):
-        for x in m.train_nodes:
-            if on_train[x] > 1 and train_load[x] > bound[k]:
-                bound[k] = train_load[x]
+    shared = len(on_train) < sum(on_train.values())  # a training node has two or more members
+    if shared:
+        for k, m in enumerate(plans):
+            for x in m.train_nodes:
+                if on_train[x] > 1 and train_load[x] > bound[k]:
+                    bound[k] = train_load[x]
     # Linked members share the slowest one's pace: training nodes link them,
     # and rollout nodes too where they take turns.
-    return locked_periods(bound, plans, fifo_rollout)
+    if not fifo_rollout:
+        return locked_periods(bound, plans)
+    if not shared:  # nothing links them (`slowest_linked` finds each alone)
+        return [t if t > 0.0 else 0.0 for t in bound]
+    return slowest_linked(bound, [m.train_nodes for m in plans])
 
 
 def feasible_floors(
