@@ -67,17 +67,33 @@ def logging_config(level: str) -> dict:
     }
 
 
+def _config_dir() -> Path:
+    """This user's own folder under the temp dir: another user's file there cannot be replaced."""
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    folder = Path(tempfile.gettempdir()) / f"roll-agentic-{uid}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
 def quiet_expected_warnings() -> None:
     """Points vLLM (this process and those it starts) at the filtered config, unless the user chose."""
     level = os.environ.get("VLLM_LOGGING_LEVEL", "WARNING").upper()
-    if os.environ.get("VLLM_LOGGING_CONFIG_PATH") or level in ("DEBUG", "INFO"):
-        return
+    if level in ("DEBUG", "INFO") or os.environ.get("VLLM_CONFIGURE_LOGGING", "1") == "0":
+        return  # more asked for, or vLLM's logging set up by the user (vLLM refuses a config file then)
+    folder = _config_dir()
+    chosen = os.environ.get("VLLM_LOGGING_CONFIG_PATH")
+    if chosen and Path(chosen).parent != folder:
+        return  # the user's own file
     # The Triton check warns while vLLM's logging is still being set up (its
     # record reaches Python's last-resort handler), so its logger is filtered
     # itself; processes forked from this one inherit that.
-    logging.getLogger("vllm.triton_utils.importing").addFilter(ExpectedNoise())
-    path = Path(tempfile.gettempdir()) / f"roll-agentic-vllm-logging-{level.lower()}.json"
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # written whole, then renamed: engines start at once
-    tmp.write_text(json.dumps(logging_config(level)))
-    os.replace(tmp, path)
+    triton = logging.getLogger("vllm.triton_utils.importing")
+    if not any(isinstance(f, ExpectedNoise) for f in triton.filters):
+        triton.addFilter(ExpectedNoise())
+    # The engine's process and those vLLM starts read it; written whole, then renamed,
+    # each time (engines start at once; a temp cleaner may have removed the last one).
+    with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as f:
+        json.dump(logging_config(level), f)
+    path = folder / f"vllm-logging-{level.lower()}.json"
+    os.replace(f.name, path)
     os.environ["VLLM_LOGGING_CONFIG_PATH"] = str(path)

@@ -75,6 +75,18 @@ async def pin_actors(actors: list, cpus: Sequence[int]) -> None:
         await asyncio.gather(*(a.__ray_call__.remote(_pin_here, tuple(cpus)) for a in actors))
 
 
+async def on_current_slot(slots: dict[str, object], node: str, call: Callable[[object], Awaitable]):
+    """`call(slot)` on the node's trainer slot; again on the new one if the slot it went to was
+    replaced meanwhile (`Multiplexer._trainer_lost` kills a wedged slot, failing what queued behind)."""
+    slot = slots[node]
+    try:
+        return await call(slot)
+    except ray.exceptions.RayActorError:
+        if slots[node] is slot:
+            raise
+        return await call(slots[node])
+
+
 class JobRunner:
     def __init__(self, cfg: Config, record: JobRecord, board: PhaseBoard, engines: dict[str, list],
                  slots: dict[str, object], phase_timeout_s: float, rollout_cpus: Sequence[int] = (),
@@ -123,7 +135,8 @@ class JobRunner:
         self.buffer = self._new_buffer()
         self._log = MetricsLog(self.run_dir, cfg.telemetry.tensorboard)
         self.slot_args = (model_path, cfg.trainer, cfg.algo, cfg.engine.temperature, str(self.run_dir / "checkpoints"))
-        await asyncio.gather(*(s.register.remote(self.name, *self.slot_args) for s in self.slots.values()))
+        await asyncio.gather(*(on_current_slot(self.slots, n, lambda s: s.register.remote(self.name, *self.slot_args))
+                               for n in list(self.slots)))
         self._spawn_workers(rollout_nodes)
         await pin_actors([self.router, self.buffer, *self.workers], self.rollout_cpus)
         # Workers ready before the probe: their start-up is not a rollout phase.
@@ -280,6 +293,7 @@ class JobRunner:
         async with self._hold(kind, [node]) as wait_s:
             self.record.phase = kind
             t0 = time.perf_counter()
+            waiting_on = "trainer"  # or "buffer": only the trainer's silence or death is the node's
             try:
                 # Like a rollout, a train phase that runs past its limit fails its job and
                 # lets go of the node: a wedged trainer used to hold it, and every job
@@ -296,16 +310,22 @@ class JobRunner:
                     if park:
                         self.record.profile["state_bytes"], self.record.profile["weights_bytes"] = \
                             await slot.state_bytes.remote(self.name)
-                        await slot.park.remote(self.name, self.version, await self._run_state(),
-                                               self.cfg.trainer.keep_checkpoints)
+                        waiting_on = "buffer"
+                        run_state = await self._run_state()
+                        waiting_on = "trainer"
+                        await slot.park.remote(self.name, self.version, run_state, self.cfg.trainer.keep_checkpoints)
                         self.state_node = None  # in its checkpoint only
                     elif self.version % self.cfg.trainer.save_every == 0 or self.version == self.cfg.trainer.total_steps:
-                        await self.checkpoint(node)
+                        waiting_on = "buffer"
+                        run_state = await self._run_state()
+                        waiting_on = "trainer"
+                        await self.checkpoint(node, run_state)
             except (TimeoutError, ray.exceptions.RayActorError) as err:
-                why = (f"{kind} phase exceeded phase_timeout_s={self.phase_timeout_s} on {node}: its trainer "
+                what = "its trainer" if waiting_on == "trainer" else "its trajectory buffer"
+                why = (f"{kind} phase exceeded phase_timeout_s={self.phase_timeout_s} on {node}: {what} "
                        "did not answer" if isinstance(err, TimeoutError)
-                       else f"{kind} phase on {node}: its trainer process died ({type(err).__name__})")
-                if self.on_trainer_lost is not None:
+                       else f"{kind} phase on {node}: {what}'s process died ({type(err).__name__})")
+                if waiting_on == "trainer" and self.on_trainer_lost is not None:
                     await self.on_trainer_lost(node, self.name, why)
                 raise JobFailed(f"{why} (its checkpoints stay in its run directory)") from None
         self.record.step_ends.append(self.board.now())
@@ -331,8 +351,9 @@ class JobRunner:
         state["version"] = state["steps_taken"] = self.version
         return {"buffer": state, "run_name": self.cfg.run_name}
 
-    async def checkpoint(self, node: str) -> str:
-        return await self.slots[node].checkpoint.remote(self.name, self.version, await self._run_state(),
+    async def checkpoint(self, node: str, run_state: dict | None = None) -> str:
+        run_state = await self._run_state() if run_state is None else run_state
+        return await self.slots[node].checkpoint.remote(self.name, self.version, run_state,
                                                         self.cfg.trainer.keep_checkpoints)
 
     async def sync(self) -> dict[str, float]:

@@ -32,7 +32,7 @@ import ray
 from roll_agentic.config import Config, validate
 from roll_agentic.mux import admission
 from roll_agentic.mux.group import GroupBook
-from roll_agentic.mux.job_runner import JobRunner, pin_actors
+from roll_agentic.mux.job_runner import JobRunner, on_current_slot, pin_actors
 from roll_agentic.mux.job_state import JobRecord, JobState
 from roll_agentic.mux.mux_config import JobSpec, MuxConfig
 from roll_agentic.mux.phase_board import PhaseBoard
@@ -44,6 +44,7 @@ from roll_agentic.mux.trainer_slot import TrainerSlot
 ACTOR_NAME = "roll-agentic-mux"
 NAMESPACE = "roll-agentic"
 SLOT_RELEASE_WAIT_S = 30.0  # how long a job's exit waits for each trainer slot to drop its state
+NEW_TRAINER_WAIT_S = 300.0  # a replacement trainer process that does not answer by then fails the restart
 
 
 class Multiplexer:
@@ -111,21 +112,27 @@ class Multiplexer:
             ray.kill(self.slots[node], no_restart=True)
         new = self.slots[node] = self._new_slot(node)
         self.trainer_restarts[node] = self.trainer_restarts.get(node, 0) + 1
-        await new.ping.remote()
+        await asyncio.wait_for(new.ping.remote(), NEW_TRAINER_WAIT_S)
         await pin_actors([new], self.m.train_cpus)
         for name, runner in list(self.runners.items()):
             rec = self.records[name]
             if name == job or rec.state.final or runner.slot_args is None:
                 continue
+            reason = ""
             if runner.state_node == node and not runner.checkpointed_at_version():
-                rec.reason = (f"its trainer on {node} was restarted ({job}: {why}), and its state since its "
-                              "last checkpoint was in that process (its checkpoints stay in its run directory)")
+                reason = "its state since its last checkpoint was in that process"
+            else:
+                try:
+                    await new.register.remote(name, *runner.slot_args)
+                    if node in rec.nodes and "state_bytes" in rec.profile:  # placed there: host memory held
+                        await new.reserve.remote(name, int(rec.profile["state_bytes"]))
+                except Exception as err:  # noqa: BLE001 - that job cannot train there; the others go on
+                    reason = f"the new trainer refused it: {type(err).__name__}: {err}"
+            if reason:
+                rec.reason = (f"its trainer on {node} was restarted ({job}: {why}), and {reason} "
+                              "(its checkpoints stay in its run directory)")
                 self._failing.add(name)
                 self.tasks[name].cancel()
-                continue
-            await new.register.remote(name, *runner.slot_args)
-            if node in rec.nodes and "state_bytes" in rec.profile:  # placed there: its host memory is held
-                await new.reserve.remote(name, int(rec.profile["state_bytes"]))
 
     # -- submission -------------------------------------------------------------------------
     def _job_config(self, cfg: Config, name: str, engines: int) -> Config:
@@ -240,7 +247,8 @@ class Multiplexer:
             rec.nodes = [self.phys[n] for n in (*pin.rollout_nodes, *pin.train_nodes)]
             try:
                 for n in pin.train_nodes:  # the policy checked memory; the slot enforces it
-                    await self.slots[self.phys[n]].reserve.remote(a.name, int(rec.profile["state_bytes"]))
+                    await on_current_slot(self.slots, self.phys[n],
+                                          lambda s, a=a, rec=rec: s.reserve.remote(a.name, int(rec.profile["state_bytes"])))
             except Exception as err:  # that job ends (its lifecycle releases it); the waiter placing it goes on
                 rec.reason = f"residency reservation failed: {type(err).__name__}: {err}"
                 self._failing.add(a.name)

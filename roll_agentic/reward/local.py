@@ -114,7 +114,14 @@ class LocalRewardClient:
                     call = mod.reward
                 fn = faults.reward_fn(call)
                 run = pool.submit(lambda: fn(summary), kind=function)
-                result = await asyncio.wait_for(run, limit)
+                try:
+                    result = await asyncio.wait_for(run, limit)
+                except asyncio.CancelledError:
+                    # The episode was aborted (a round closed, the run stops): its thread, if
+                    # still on the call, must not count against the pool either, or aborted
+                    # hung calls wedge it with no warning and no bound (they never time out).
+                    pool.abandon(run)
+                    raise
                 ran_ms = (time.monotonic() - t_run) * 1000.0
             except TimeoutError:
                 # run not cancelled: the reward itself raised a TimeoutError, its thread is free

@@ -261,7 +261,11 @@ class RolloutWorker:
         except asyncio.CancelledError:
             if expired:
                 raise EnvFailure(f"env call {fn.__name__} exceeded {self.env_step_timeout_s}s") from None
-            raise  # the episode itself was cancelled (aborted)
+            # The episode itself was cancelled (aborted; tail batching's round close aborts
+            # the slowest, hung ones among them): its thread, if still on the call, stops
+            # counting, or aborted hung calls would take every env thread unbounded.
+            executor.abandon(fut)
+            raise
         except EnvFailure:
             raise
         except Exception as err:  # an env's own bug must cost one episode, not the worker

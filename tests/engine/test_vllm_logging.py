@@ -63,3 +63,20 @@ def test_config_is_vllms_default_shape():
     cfg = vllm_logging.logging_config("WARNING")
     assert cfg["loggers"]["vllm"]["propagate"] is False
     assert cfg["handlers"]["vllm"]["filters"] == ["expected_noise"]
+
+
+def test_vllm_starts_when_the_user_turned_its_logging_setup_off(monkeypatch):
+    """VLLM_CONFIGURE_LOGGING=0 with a config file is an error in vLLM: none is named then."""
+    env = _env_after_quieting(monkeypatch, VLLM_CONFIGURE_LOGGING="0")
+    assert "VLLM_LOGGING_CONFIG_PATH" not in env
+    out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
+def test_the_file_is_this_users_own_and_written_again_if_removed(monkeypatch):
+    env = _env_after_quieting(monkeypatch)
+    path = env["VLLM_LOGGING_CONFIG_PATH"]
+    assert os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o700
+    os.remove(path)  # a temp cleaner on a long run
+    quiet_expected_warnings()  # the next engine start
+    assert os.path.exists(path)

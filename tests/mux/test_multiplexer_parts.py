@@ -345,3 +345,77 @@ def test_a_lost_trainer_is_replaced_and_only_jobs_whose_state_it_held_fail(monke
     reserved = [args for name, args in fresh.calls if name == "reserve"]
     assert sorted(registered) == ["elsewhere", "saved"]  # every live job can train on any node
     assert reserved == [("saved", 100)]  # only the job placed there holds its host memory
+
+
+def test_a_call_queued_on_a_replaced_trainer_goes_to_the_new_one():
+    """A reservation or registration queued behind a wedged trainer fails when that one is
+    killed; once the node has a new trainer, it is made there instead of failing its job."""
+    import ray.exceptions
+
+    from roll_agentic.mux.job_runner import on_current_slot
+
+    async def main() -> list:
+        old, new = _FakeSlot(), _FakeSlot()
+        slots = {"train0": old}
+
+        def reserve(slot):
+            if slot is old:
+                slots["train0"] = new  # replaced while the call waited
+                raise ray.exceptions.ActorDiedError()
+            return slot.reserve.remote("job", 100)
+
+        assert await on_current_slot(slots, "train0", reserve)
+        with pytest.raises(ray.exceptions.ActorDiedError):  # not replaced: the error stands
+            await on_current_slot({"train0": old}, "train0", reserve)
+        return new.calls
+
+    assert asyncio.run(main()) == [("reserve", ("job", 100))]
+
+
+def test_a_dead_buffer_in_a_train_phase_is_not_taken_for_a_dead_trainer(tmp_path, monkeypatch):
+    """Its checkpoint's run state comes from the job's buffer: that actor dying failed the job
+    as 'its trainer process died' and replaced a healthy trainer."""
+    from types import SimpleNamespace
+
+    import ray.exceptions
+
+    from roll_agentic.mux import job_runner
+    from roll_agentic.mux.job_runner import JobFailed, JobRunner
+
+    class Slot(_FakeSlot):
+        def __getattr__(self, name: str) -> _Call:
+            call = _Call(self.calls, name)
+            if name == "switch_in":
+                call.remote = lambda *a: _done(SimpleNamespace(kind="none"))
+            return call
+
+    class DeadBuffer:
+        class export_state:  # noqa: N801 - stands for the actor method
+            @staticmethod
+            def remote():
+                f = asyncio.get_running_loop().create_future()
+                f.set_exception(ray.exceptions.ActorDiedError())
+                return f
+
+    def _done(value):
+        f = asyncio.get_running_loop().create_future()
+        f.set_result(value)
+        return f
+
+    lost: list = []
+
+    async def on_lost(*args):
+        lost.append(args)
+
+    async def main() -> str:
+        cfg = Config()
+        cfg.trainer.save_every, cfg.output_dir, cfg.run_name = 1, str(tmp_path), "j"
+        runner = JobRunner(cfg, JobRecord("j", 2.0, 10), _board(), {}, {"t": Slot()}, 5.0, on_trainer_lost=on_lost)
+        runner.buffer, runner._groups = DeadBuffer(), []
+        monkeypatch.setattr(job_runner, "samples_from_groups", lambda groups, eps: [])
+        with pytest.raises(JobFailed) as err:
+            await runner.train("t")
+        return str(err.value)
+
+    message = asyncio.run(main())
+    assert "its trajectory buffer's process died" in message and lost == []

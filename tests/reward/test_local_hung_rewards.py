@@ -57,6 +57,24 @@ def test_rewards_that_never_return_do_not_stop_later_calls(hungpkg):
     assert all(o.ok and o.value == 1.0 for o in healthy), [o.error for o in healthy]
 
 
+def test_calls_aborted_while_their_reward_hangs_free_their_threads_too(hungpkg):
+    """An episode aborted mid-reward (a round closed) cancels the call before its limit: its
+    thread used to stay counted, and two such calls wedged a pool of two with no warning."""
+    async def main():
+        client = LocalRewardClient(max_concurrency=2, package=hungpkg, timeout_s=0.3)
+        for _ in range(2):
+            call = asyncio.ensure_future(client.score("hangs", {}))
+            await asyncio.sleep(0.05)
+            call.cancel()
+            await asyncio.gather(call, return_exceptions=True)
+        healthy = await asyncio.gather(*(client.score("healthy", {}) for _ in range(3)))
+        await client.close()
+        return healthy
+
+    healthy = asyncio.run(main())
+    assert all(o.ok and o.value == 1.0 for o in healthy), [o.error for o in healthy]
+
+
 def test_past_the_bound_calls_of_a_hung_reward_fail_at_once_saying_what_to_do(hungpkg, caplog):
     async def main():
         client = LocalRewardClient(max_concurrency=2, package=hungpkg, timeout_s=0.2)  # bound: 4 threads

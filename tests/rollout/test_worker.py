@@ -208,3 +208,30 @@ def test_an_env_that_always_hangs_stops_leaving_threads_past_the_bound(tiny_mode
     # Checked before each call: calls already under way when the bound is reached add theirs.
     assert 3 <= stuck <= 3 + 2  # group size 2
     assert counters["env_failures"] > 2 * stuck  # the rest failed at once, leaving no thread
+
+
+def test_an_episode_aborted_while_its_env_call_hangs_frees_the_thread():
+    """Tail batching aborts the slowest episodes, hung ones among them: cancelled before its
+    limit, a hung call's thread stayed counted (its timer was cancelled with it) for good."""
+    import types
+
+    gate = threading.Event()
+
+    class Hung:
+        def step(self, action):
+            gate.wait()
+            return "obs", 0.0, True, False, {}
+
+    async def main():
+        worker = types.SimpleNamespace(_env_executor=None, env_step_timeout_s=30.0, _stuck_env_warned=set())
+        call = asyncio.ensure_future(RolloutWorker._env_call(worker, Hung().step, "a"))
+        await asyncio.sleep(0.05)
+        call.cancel()
+        await asyncio.gather(call, return_exceptions=True)
+        return worker._env_executor
+
+    try:
+        executor = asyncio.run(main())
+        assert executor.abandoned == 1 and executor._threads == 0  # the next call gets a thread
+    finally:
+        gate.set()
