@@ -11,6 +11,7 @@ versions behind is restarted; one whose engine dies is moved to another.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -105,6 +106,7 @@ class RolloutWorker:
         self._free_envs: dict[str, list[Any]] = {name: [] for name in self.tasks}
         self._env_executor: ElasticExecutor | None = None  # made on first use, in the actor's loop
         self._stuck_env_warned: set[str] = set()  # env calls whose first abandoned thread was logged
+        self._closing: set[asyncio.Future] = set()  # closes of unhealthy envs under way (kept referenced)
         self._stop = False
         self._watched: dict[int, asyncio.Task] = {}  # engines this worker waits on to come back
         self._open_step = 0  # the buffer has taken at least this many steps (held tickets, buffer.py)
@@ -367,10 +369,16 @@ class RolloutWorker:
             if healthy:
                 self._free_envs[task.name].append(env)
             else:
-                try:
-                    env.close()
-                except Exception:
-                    pass
+                # Off the event loop, under the env call limit: an env whose step hung may
+                # hang in close too (a lock its stuck step holds), and on the loop that
+                # stopped every episode of the worker.
+                closing = asyncio.ensure_future(self._close_env(env))
+                self._closing.add(closing)
+                closing.add_done_callback(self._closing.discard)
+
+    async def _close_env(self, env: Any) -> None:
+        with contextlib.suppress(Exception):  # a failed or timed-out close costs nothing more
+            await self._env_call(env.close)
 
     async def _play_on(self, env: Any, engine_for: Any, task: TaskConfig, ticket: Ticket,
                        traj_id: str, attempt: int) -> Trajectory:

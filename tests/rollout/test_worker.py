@@ -235,3 +235,48 @@ def test_an_episode_aborted_while_its_env_call_hangs_frees_the_thread():
         assert executor.abandoned == 1 and executor._threads == 0  # the next call gets a thread
     finally:
         gate.set()
+
+
+CLOSE_GATE = threading.Event()
+CLOSES_DONE = [0]
+FAILED_ONCE = [False]
+
+
+class FailsOnceClosesSlowly(SlowCounter):
+    """Its first step ever raises (the episode's env is then closed); close blocks, as one
+    waiting on a lock a stuck call holds would, until CLOSE_GATE or 20 s."""
+
+    def step(self, action):
+        if not FAILED_ONCE[0]:
+            FAILED_ONCE[0] = True
+            raise RuntimeError("env bug")
+        return super().step(action)
+
+    def close(self):
+        CLOSE_GATE.wait(20)
+        CLOSES_DONE[0] += 1
+
+
+def test_closing_a_failed_env_does_not_stop_the_other_episodes(tiny_model_path):
+    """A failed episode's env was closed on the event loop: a close that blocked stopped every
+    episode of the worker until it returned."""
+    CLOSE_GATE.clear()
+    CLOSES_DONE[0], FAILED_ONCE[0] = 0, False
+
+    async def main():
+        engine, buffer, worker = _setup(tiny_model_path, alpha=1, delay=0.0, env="FailsOnceClosesSlowly")
+        run = asyncio.ensure_future(worker.run())
+        [group] = await asyncio.wait_for(buffer.get_batch(1, version=0), 60)
+        closes_done_then = CLOSES_DONE[0]
+        CLOSE_GATE.set()
+        await buffer.stop()
+        await worker.stop()
+        await asyncio.wait_for(run, 30)
+        return group, closes_done_then, dict(worker.counters)
+
+    try:
+        group, closes_done_then, counters = asyncio.run(main())
+    finally:
+        CLOSE_GATE.set()
+    assert counters["env_failures"] >= 1 and all(t.status == "ok" for t in group)
+    assert closes_done_then == 0  # the group finished while the close was still blocked
