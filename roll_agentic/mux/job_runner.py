@@ -326,7 +326,8 @@ class JobRunner:
                        "did not answer" if isinstance(err, TimeoutError)
                        else f"{kind} phase on {node}: {what}'s process died ({type(err).__name__})")
                 if waiting_on == "trainer" and self.on_trainer_lost is not None:
-                    await self.on_trainer_lost(node, self.name, why)
+                    # Shielded: this job cancelled meanwhile must not leave the node half restarted.
+                    await asyncio.shield(self.on_trainer_lost(node, self.name, why))
                 raise JobFailed(f"{why} (its checkpoints stay in its run directory)") from None
         self.record.step_ends.append(self.board.now())
         self.record.step = self.version
