@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -36,7 +37,7 @@ from roll_agentic.mux.job_state import JobRecord
 from roll_agentic.mux.phase_board import PhaseBoard
 from roll_agentic.mux.profile import PhaseKind
 from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
-from roll_agentic.train.checkpoint import latest_checkpoint
+from roll_agentic.train.checkpoint import COMPLETE, latest_checkpoint
 from roll_agentic.train.step_metrics import rollout_metrics
 from roll_agentic.train.trainer import samples_from_groups
 from roll_agentic.train.weight_sync import shared_memory_dir
@@ -90,7 +91,8 @@ async def on_current_slot(slots: dict[str, object], node: str, call: Callable[[o
 class JobRunner:
     def __init__(self, cfg: Config, record: JobRecord, board: PhaseBoard, engines: dict[str, list],
                  slots: dict[str, object], phase_timeout_s: float, rollout_cpus: Sequence[int] = (),
-                 on_trainer_lost: Callable[[str, str, str], Awaitable[None]] | None = None):
+                 on_trainer_lost: Callable[[str, str, str], Awaitable[None]] | None = None,
+                 max_rollbacks: int = 0):
         self.cfg, self.record, self.board = cfg, record, board
         self.rollout_cpus = tuple(rollout_cpus)  # the rollout pool's cores: the job's workers run there
         self.name = record.name
@@ -100,6 +102,11 @@ class JobRunner:
         # while this job still holds the node, so the multiplexer can replace the trainer
         # before another job's phase reaches the old one.
         self.on_trainer_lost = on_trainer_lost
+        self.max_rollbacks = max_rollbacks
+        # Set (to why) by the multiplexer when the job's newest state died with a trainer
+        # process: its next train phase goes back to its last checkpoint (`_roll_back`).
+        self.rollback_reason = ""
+        self._rolled_back = False  # the step just "trained" was a roll-back: nothing to log
         self.run_dir = Path(cfg.output_dir) / cfg.run_name
         self.slot_args: tuple | None = None  # what a trainer slot's `register` takes after the job's name
         self.state_node: str | None = None  # the training node whose memory holds the job's newest state
@@ -291,6 +298,8 @@ class JobRunner:
         slot = self.slots[node]
         self.record.phase = f"waiting {kind}"
         async with self._hold(kind, [node]) as wait_s:
+            if self.rollback_reason and not probe:
+                return await self._roll_back(node)
             self.record.phase = kind
             t0 = time.perf_counter()
             waiting_on = "trainer"  # or "buffer": only the trainer's silence or death is the node's
@@ -328,7 +337,12 @@ class JobRunner:
                 if waiting_on == "trainer" and self.on_trainer_lost is not None:
                     # Shielded: this job cancelled meanwhile must not leave the node half restarted.
                     await asyncio.shield(self.on_trainer_lost(node, self.name, why))
-                raise JobFailed(f"{why} (its checkpoints stay in its run directory)") from None
+                if not (self.rollback_reason and not probe):
+                    if self.rollbacks:
+                        why += f"; rolled back {len(self.record.rollbacks)}x already (max_rollbacks={self.max_rollbacks})"
+                    raise JobFailed(f"{why} (its checkpoints stay in its run directory)") from None
+            if self.rollback_reason and not probe:  # the node has a new trainer: go on from the checkpoint
+                return await self._roll_back(node)
         self.record.step_ends.append(self.board.now())
         self.record.step = self.version
         record = asdict(switch)
@@ -337,6 +351,58 @@ class JobRunner:
         self._phase.update({"train_wait_s": wait_s, "switch_s": t1 - t0, "train_s": t2 - t1, "write_s": write_s,
                             "switch_kind": record["kind"]})
         self._train_m = train_m
+        return record
+
+    @property
+    def rollbacks(self) -> int:
+        return len(self.record.rollbacks)
+
+    async def _roll_back(self, node: str) -> dict:
+        """The job's newest state died with a trainer process: back to its last checkpoint.
+
+        Runs under the train permit, in place of a step. The batch in hand was
+        sampled with weights newer than that checkpoint, so it goes; the trainer
+        loads the checkpoint (cold) and writes its weights for the engines; the
+        buffer starts again from the checkpoint's state, so the steps since are
+        taken again from the same prompts and the run goes on as a resumed solo
+        run would. Before, the job failed and its completed steps were lost with it.
+        """
+        why, self.rollback_reason = self.rollback_reason, ""
+        self.record.phase = "rolling back"
+        was = self.version
+        try:
+            async with asyncio.timeout(self.phase_timeout_s):
+                ckpt = latest_checkpoint(self.run_dir / "checkpoints")
+                to = int(ckpt.name.removeprefix("step_")) if ckpt is not None else 0
+                run_state = json.loads((ckpt / COMPLETE).read_text()) if ckpt is not None else None
+                slot = self.slots[node]
+                await slot.drop_state.remote(self.name)  # no copy newer than the checkpoint is kept
+                switch = await slot.switch_in.remote(self.name)  # cold from the checkpoint (fresh if none)
+                self.state_node = node
+                if to:
+                    await slot.write_weights.remote(self.name, self._weights_path(to))
+                self._kill_workers()  # the next rollout builds them again over the new buffer
+                with contextlib.suppress(Exception):
+                    ray.kill(self.buffer)
+                self.buffer = self._new_buffer()
+                if run_state is not None:
+                    await self.buffer.import_state.remote(run_state["buffer"])
+                await pin_actors([self.buffer], self.rollout_cpus)
+        except (TimeoutError, ray.exceptions.RayActorError) as err:
+            raise JobFailed(f"rolling back to its last checkpoint failed ({type(err).__name__}) after: {why} "
+                            "(its checkpoints stay in its run directory)") from None
+        for p in self.weights_dir.glob("weights_v*.safetensors"):  # files of the steps rolled back
+            with contextlib.suppress(ValueError, OSError):
+                if int(p.name.removeprefix("weights_v").split(".")[0]) > to:
+                    p.unlink()
+        self.version = self.record.step = to
+        del self.record.step_ends[to:]
+        self._groups, self._rolled_back = [], True
+        if self._log is not None:
+            await asyncio.to_thread(self._log.truncate_after, to)
+        self.record.rollbacks.append(f"step {was} -> {to}: {why}")
+        record = asdict(switch)
+        self.record.switches.append(record)
         return record
 
     def checkpointed_at_version(self) -> bool:
@@ -359,6 +425,9 @@ class JobRunner:
 
     async def sync(self) -> dict[str, float]:
         """After the train phase: no device held; the step's metrics are logged."""
+        if self._rolled_back:  # no step was taken: the next rollout starts from the checkpoint
+            self._rolled_back = False
+            return {}
         before, after = self._stats
         p = self._phase
         step_s = time.perf_counter() - p["step_t0"]

@@ -38,6 +38,8 @@ class JobRecord:
     profile: dict[str, float] = field(default_factory=dict)  # worst-case roll_s/train_s/sync_s, bytes
     step_ends: list[float] = field(default_factory=list)  # board seconds at each train-phase end
     switches: list[dict] = field(default_factory=list)  # SwitchRecord of each train switch-in
+    # "step V -> N: why" for each time its state was lost and it went back to a checkpoint
+    rollbacks: list[str] = field(default_factory=list)
 
     def iteration_times(self, skip: int = 2) -> list[float]:
         """Train end to train end, past the probe and the first admitted step."""
@@ -88,6 +90,8 @@ def format_status(snapshot: dict) -> str:
         where = f"group {j['group']}" if j.get("group") is not None else "-"
         line = (f"  {j['name']:<14} {j['state']:<10} step {j['step']}/{j['total_steps']}  "
                 f"phase {j['phase'] or '-':<14} {where:<8} {slo}")
+        if j.get("rollbacks"):
+            line += f"  rolled back {len(j['rollbacks'])}x (last: {j['rollbacks'][-1]})"
         if j.get("reason"):
             line += f"  reason: {j['reason']}"
         lines.append(line)

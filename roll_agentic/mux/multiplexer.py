@@ -104,10 +104,13 @@ class Multiplexer:
         A slot serves one call at a time, so a wedged one failed every job that
         trained there after it, each after its own phase_timeout_s, for the
         multiplexer's whole life. Called while `job` still holds the node: no
-        other job's phase reaches the old trainer in between. The jobs whose
-        newest state was in the old process (trained there since their last
-        checkpoint) fail now, saying so; the others are registered again and
-        switch in cold from their checkpoints."""
+        other job's phase reaches the old trainer in between. Every live job is
+        registered on the new trainer. `job`, and the jobs whose newest state was
+        in the old process (trained there since their last checkpoint), go back to
+        their last checkpoint at their next train phase (`JobRunner._roll_back`),
+        at most `max_rollbacks` times each; past that, or if the new trainer
+        refuses them, they fail saying why. The others switch in cold from their
+        checkpoints."""
         with contextlib.suppress(Exception):
             ray.kill(self.slots[node], no_restart=True)
         new = self.slots[node] = self._new_slot(node)
@@ -116,19 +119,23 @@ class Multiplexer:
         await pin_actors([new], self.m.train_cpus)
         for name, runner in list(self.runners.items()):
             rec = self.records[name]
-            if name == job or rec.state.final or runner.slot_args is None:
+            if rec.state.final or runner.slot_args is None:
                 continue
             reason = ""
-            if runner.state_node == node and not runner.checkpointed_at_version():
-                reason = "its state since its last checkpoint was in that process"
-            else:
-                try:
-                    await new.register.remote(name, *runner.slot_args)
-                    if node in rec.nodes and "state_bytes" in rec.profile:  # placed there: host memory held
-                        await new.reserve.remote(name, int(rec.profile["state_bytes"]))
-                except Exception as err:  # noqa: BLE001 - that job cannot train there; the others go on
-                    reason = f"the new trainer refused it: {type(err).__name__}: {err}"
-            if reason:
+            try:
+                await new.register.remote(name, *runner.slot_args)
+                if node in rec.nodes and "state_bytes" in rec.profile:  # placed there: host memory held
+                    await new.reserve.remote(name, int(rec.profile["state_bytes"]))
+            except Exception as err:  # noqa: BLE001 - that job cannot train there; the others go on
+                reason = f"the new trainer refused it: {type(err).__name__}: {err}"
+            lost = name == job or (runner.state_node == node and not runner.checkpointed_at_version())
+            if lost and not reason:
+                if runner.rollbacks < self.m.max_rollbacks:
+                    runner.rollback_reason = f"its trainer on {node} was restarted ({job}: {why})"
+                    continue
+                reason = (f"its state since its last checkpoint was in that process, and it was rolled back "
+                          f"{runner.rollbacks}x already (max_rollbacks={self.m.max_rollbacks})")
+            if reason and name != job:  # `job` fails itself, with its own reason
                 rec.reason = (f"its trainer on {node} was restarted ({job}: {why}), and {reason} "
                               "(its checkpoints stay in its run directory)")
                 self._failing.add(name)
@@ -192,7 +199,8 @@ class Multiplexer:
 
     async def _lifecycle(self, cfg: Config, rec: JobRecord, model_path: str) -> None:
         runner = JobRunner(cfg, rec, self.board, self.engines, self.slots, self.m.phase_timeout_s,
-                           self.m.rollout_cpus, on_trainer_lost=self._trainer_lost)
+                           self.m.rollout_cpus, on_trainer_lost=self._trainer_lost,
+                           max_rollbacks=self.m.max_rollbacks)
         self.runners[rec.name] = runner
         placed = False
         try:

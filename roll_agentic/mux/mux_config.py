@@ -67,6 +67,10 @@ class MuxConfig:
     profile_steps: int = 2  # probe iterations on arrival: a warm-up, then the measured one
     slo_headroom: float = 0.10
     phase_timeout_s: float = 900.0  # a phase that runs longer fails its job, never the pools
+    # A job whose newest state died with a trainer process goes back to its last
+    # checkpoint and takes the steps since again, at most this many times (then it
+    # fails: a step that kills its trainer every time would loop forever). 0: fail at once.
+    max_rollbacks: int = 2
     ray_num_cpus: int = 0
     jobs: list[JobSpec] = field(default_factory=list)
 
@@ -144,6 +148,8 @@ def load_mux_config(path: str | Path, overrides: dict[str, Any] | None = None) -
         cpus = getattr(cfg, key)
         if not isinstance(cpus, list) or not all(isinstance(c, int) and c >= 0 for c in cpus):
             raise ConfigError(f"{key}: expected a list of core numbers, got {cpus!r}")
+    if cfg.max_rollbacks < 0:
+        raise ConfigError(f"max_rollbacks: expected an integer >= 0, got {cfg.max_rollbacks}")
     if cfg.profile_margin < 1.0:
         raise ConfigError(f"profile_margin: expected >= 1.0 (worst case), got {cfg.profile_margin}")
     return cfg

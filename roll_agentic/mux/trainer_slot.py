@@ -86,6 +86,13 @@ class TrainerSlot:
         if self.active == job:
             self.active = None
 
+    def drop_state(self, job: str) -> None:
+        """Forgets the job's device and host copies (keeps its registration and reservation):
+        its next switch-in loads its checkpoint, as after a roll-back to it."""
+        self.store.states.pop(job, None)
+        if self.active == job:
+            self.active = None
+
     def info(self) -> dict:
         return {"name": self.name, "active": self.active, "budget_bytes": self.store.budget_bytes,
                 "reserved_bytes": dict(self.store.reserved), "held_bytes": {j: s.nbytes for j, s in

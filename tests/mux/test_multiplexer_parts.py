@@ -302,28 +302,31 @@ class _FakeSlot:
         return _Call(self.calls, name)
 
 
-def test_a_lost_trainer_is_replaced_and_only_jobs_whose_state_it_held_fail(monkeypatch, tmp_path):
-    """`_trainer_lost`: the node gets a new trainer; a job checkpointed at its step is
-    registered on it again (with its reservation), one trained there since its last
-    checkpoint is failed with the reason, the job that found it wedged is left to fail itself."""
+def test_a_lost_trainer_is_replaced_and_jobs_whose_state_it_held_roll_back(monkeypatch, tmp_path):
+    """`_trainer_lost`: the node gets a new trainer and every live job is registered on it
+    (with its reservation where it is placed). The job that found it wedged and one trained
+    there since its last checkpoint are set to roll back to their checkpoints; one rolled
+    back `max_rollbacks` times already fails with the reason; the others are left alone."""
     from types import SimpleNamespace
 
     from roll_agentic.mux import multiplexer as mux_mod
 
     monkeypatch.setattr(mux_mod.ray, "kill", lambda *a, **k: None)
-    mux = mux_mod.Multiplexer(MuxConfig(name="t"), str(tmp_path), "unused")
+    mux = mux_mod.Multiplexer(MuxConfig(name="t", max_rollbacks=2), str(tmp_path), "unused")
     fresh = _FakeSlot()
     monkeypatch.setattr(mux, "_new_slot", lambda name: fresh)
     mux.slots = {"train0": _FakeSlot(), "train1": _FakeSlot()}
 
-    def job(name: str, state_node: str | None, checkpointed: bool, nodes: list[str]):
+    def job(name: str, state_node: str | None, checkpointed: bool, nodes: list[str], rollbacks: int = 0):
         rec = JobRecord(name, 2.0, 10, state=JobState.RUNNING, nodes=nodes, profile={"state_bytes": 100.0})
         mux.records[name] = rec
         mux.runners[name] = SimpleNamespace(slot_args=("model", "cfg"), state_node=state_node,
-                                            checkpointed_at_version=lambda: checkpointed)
+                                            checkpointed_at_version=lambda: checkpointed,
+                                            rollbacks=rollbacks, rollback_reason="")
 
     job("wedged", "train0", False, ["rollout0", "train0"])
     job("lost", "train0", False, ["rollout0", "train0"])
+    job("lost_again", "train0", False, ["rollout0", "train0"], rollbacks=2)
     job("saved", "train0", True, ["rollout0", "train0"])
     job("elsewhere", "train1", False, ["rollout1", "train1"])
 
@@ -339,12 +342,29 @@ def test_a_lost_trainer_is_replaced_and_only_jobs_whose_state_it_held_fail(monke
 
     cancelled = asyncio.run(main())
     assert mux.slots["train0"] is fresh and mux.trainer_restarts == {"train0": 1}
-    assert cancelled == {"wedged": False, "lost": True, "saved": False, "elsewhere": False}
-    assert "lost" in mux._failing and "was restarted (wedged: train phase exceeded" in mux.records["lost"].reason
+    assert cancelled == {"wedged": False, "lost": False, "lost_again": True, "saved": False, "elsewhere": False}
+    rolling = {n: r.rollback_reason for n, r in mux.runners.items() if r.rollback_reason}
+    assert sorted(rolling) == ["lost", "wedged"]
+    assert rolling["lost"].startswith("its trainer on train0 was restarted (wedged: train phase exceeded")
+    assert mux._failing == {"lost_again"}
+    assert "rolled back 2x already (max_rollbacks=2)" in mux.records["lost_again"].reason
     registered = [args[0] for name, args in fresh.calls if name == "register"]
-    reserved = [args for name, args in fresh.calls if name == "reserve"]
-    assert sorted(registered) == ["elsewhere", "saved"]  # every live job can train on any node
-    assert reserved == [("saved", 100)]  # only the job placed there holds its host memory
+    reserved = [args[0] for name, args in fresh.calls if name == "reserve"]
+    assert sorted(registered) == sorted(mux.records)  # every live job can train on any node
+    assert sorted(reserved) == ["lost", "lost_again", "saved", "wedged"]  # the jobs placed there
+
+
+def test_max_rollbacks_is_checked_at_the_edge(tmp_path):
+    """0 keeps the earlier behaviour (a job whose state was lost fails); below 0 is refused."""
+    from roll_agentic.config import ConfigError
+    from roll_agentic.mux.mux_config import load_mux_config
+
+    path = tmp_path / "m.yaml"
+    path.write_text("max_rollbacks: -1\n")
+    with pytest.raises(ConfigError, match="max_rollbacks: expected an integer >= 0"):
+        load_mux_config(path)
+    path.write_text("max_rollbacks: 0\n")
+    assert load_mux_config(path).max_rollbacks == 0
 
 
 def test_a_call_queued_on_a_replaced_trainer_goes_to_the_new_one():
