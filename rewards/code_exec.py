@@ -4,7 +4,7 @@ Summary keys:
 - `code` (str): the program, e.g. a function definition.
 - `tests` (list[str]): Python statements, typically `assert add(2, 3) == 5`.
   Each test runs as its own program, `code + "\\n" + test`, in a fresh
-  `python -I` subprocess (own process group, empty temp dir as cwd) and
+  `python -I` subprocess (own process group, a temp dir holding only the program as cwd) and
   passes when that exits with status 0 within its time limit (the kernel
   also caps its CPU time just above that limit, should this process die first).
 - `test_time_hints` (optional list, aligned with `tests`): seconds of the
@@ -58,9 +58,16 @@ def adaptive_timeout(slowest_correct_s: float | None) -> float:
 def _run_one(program: str, limit_s: float) -> tuple[bool, float, bool]:
     """(passed, seconds, timed_out) of one program in a fresh interpreter."""
     with tempfile.TemporaryDirectory(prefix="code-exec-") as cwd:
+        # From a file, not `-c program`: an argument over 128 KB (a test with a large
+        # literal) or with a NUL byte could not be passed at all, and the whole reward
+        # failed instead of scoring the test. Source Python cannot run (a NUL, a lone
+        # surrogate) is written as is and fails like any other broken program.
+        path = os.path.join(cwd, "main.py")
+        with open(path, "w", encoding="utf-8", errors="surrogatepass") as f:
+            f.write(program)
         t0 = time.perf_counter()
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", program], cwd=cwd, stdin=subprocess.DEVNULL,
+            [sys.executable, "-I", path], cwd=cwd, stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONHASHSEED": "0"},
         )

@@ -20,6 +20,7 @@ import shutil
 import time
 import uuid
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ ENV_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]+$")  # AWS's pattern for variab
 # A function named by ARN or partial ARN, optionally with a version qualifier.
 ARN_RE = re.compile(r"^(?:arn:aws[a-z-]*:lambda:[a-z0-9-]+:)?\d{12}:function:([a-zA-Z0-9_-]{1,64})(?::[\w$-]+)?$")
 MAX_ZIP_BYTES = 50 * 1024 * 1024  # AWS's limit on a zip uploaded directly
+MAX_UNZIPPED_BYTES = 262_144_000  # AWS's limit on a package's unzipped size (250 MB)
+MAX_ENVIRONMENT_BYTES = 4096  # AWS's limit on a function's environment variables, measured as JSON
 DEFAULT_TIMEOUT_S = 3
 DEFAULT_MEMORY_MB = 128
 
@@ -127,8 +130,18 @@ def decode_zip(b64: Any) -> bytes:
         )
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            # Before reading a byte: a small zip of zeros unpacks to many GB (testzip then
+            # blocked the event loop for minutes and activation filled the disk). A member
+            # whose real data is longer than it declares fails its CRC check in testzip.
+            unzipped = sum(info.file_size for info in zf.infolist())
+            if unzipped > MAX_UNZIPPED_BYTES:
+                raise errors.invalid_parameter(
+                    f"Unzipped size must be smaller than {MAX_UNZIPPED_BYTES} bytes (this package unzips to {unzipped})"
+                )
             bad = zf.testzip()
-    except (zipfile.BadZipFile, ValueError, EOFError):
+    # zlib.error: corrupt deflate data; NotImplementedError: an unsupported compression
+    # method; RuntimeError: an encrypted member. All were 500 ServiceExceptions.
+    except (zipfile.BadZipFile, ValueError, EOFError, zlib.error, NotImplementedError, RuntimeError):
         bad = "archive"
     if bad is not None:
         raise errors.invalid_parameter(
@@ -166,6 +179,14 @@ def _environment(body: dict) -> dict[str, str]:
         raise errors.invalid_parameter(
             "Environment variable names must be two or more letters, digits or _, "
             f"starting with a letter (AWS's rule), got {bad[0]!r}"
+        )
+    # AWS's 4 KB limit. Unchecked, a large value was accepted and then every invocation
+    # failed with a 500 (a variable over 128 KB cannot be passed to a new process at all).
+    size = len(json.dumps(env, separators=(",", ":")).encode())
+    if size > MAX_ENVIRONMENT_BYTES:
+        raise errors.invalid_parameter(
+            "Lambda was unable to configure your environment variables because the environment variables "
+            f"you have provided exceeded the 4KB limit ({size} bytes as JSON)."
         )
     return dict(env)
 
@@ -276,14 +297,13 @@ class FunctionStore:
 
     def update_configuration(self, rec: FunctionRecord, body: dict) -> FunctionRecord:
         """UpdateFunctionConfiguration: handler, timeout, memory, environment, description."""
-        if "Handler" in body:
-            rec.handler = _handler(body["Handler"])
-        if "Timeout" in body:
-            rec.timeout_s = _int_param(body, "Timeout", rec.timeout_s, 1, 900)
-        if "MemorySize" in body:
-            rec.memory_mb = _int_param(body, "MemorySize", rec.memory_mb, 128, 10240)
-        if "Environment" in body:
-            rec.environment = _environment(body)
+        # Every field is checked before any is applied: a valid Handler next to an invalid
+        # Timeout was applied (new invocations ran it) although the request was refused.
+        handler = _handler(body["Handler"]) if "Handler" in body else rec.handler
+        timeout_s = _int_param(body, "Timeout", rec.timeout_s, 1, 900) if "Timeout" in body else rec.timeout_s
+        memory_mb = _int_param(body, "MemorySize", rec.memory_mb, 128, 10240) if "MemorySize" in body else rec.memory_mb
+        environment = _environment(body) if "Environment" in body else rec.environment
+        rec.handler, rec.timeout_s, rec.memory_mb, rec.environment = handler, timeout_s, memory_mb, environment
         if "Description" in body:
             rec.description = str(body["Description"] or "")
         rec.last_modified = _now()

@@ -44,7 +44,8 @@ class InvokeResult:
     cold: bool
 
     def log_tail_b64(self) -> str:
-        return base64.b64encode(self.log.encode()[-LOG_TAIL_BYTES:]).decode()
+        # errors="replace": a handler may print a lone surrogate ("\ud800"), which UTF-8 cannot encode
+        return base64.b64encode(self.log.encode(errors="replace")[-LOG_TAIL_BYTES:]).decode()
 
 
 def _report(rid: str, duration_ms: float, billed: int, memory_mb: int, used_mb: int, init_ms: float | None) -> str:
@@ -153,7 +154,10 @@ class Invoker:
     def _finish(self, rec: FunctionRecord, rid: str, body: bytes, ferr: str | None, log: str, cold: bool) -> InvokeResult:
         f = self._logs.get(rec.name)
         if f is None:
-            f = self._logs[rec.name] = open(self.log_dir / f"{rec.name}.log", "a", buffering=1)  # noqa: SIM115
+            # errors="replace": a lone surrogate printed by the handler failed the write, and
+            # with it the invocation (a 500 ServiceException, which callers retry: it ran again)
+            f = self._logs[rec.name] = open(self.log_dir / f"{rec.name}.log", "a", buffering=1,  # noqa: SIM115
+                                            encoding="utf-8", errors="replace")
         f.write(log)
         return InvokeResult(rid, body, ferr, log, cold)
 
@@ -203,15 +207,25 @@ class Invoker:
                 if rec is None:
                     return  # deleted while queued: nothing to run
                 try:
-                    result = await self.invoke(rec, payload, rid)
+                    if rec.state != "Active":
+                        raise RuntimeError(f"the function is {rec.state}: its code could not be unpacked")
+                    failed = (await self.invoke(rec, payload, rid)).function_error is not None
                 except errors.LambdaError:
                     waits += 1
                     if waits > EVENT_MAX_THROTTLE_WAITS:
                         return
                     await asyncio.sleep(min(2.0, 0.05 * 2 ** min(waits, 6)))
                     continue
+                except Exception as e:  # noqa: BLE001 - an Event has no caller to answer
+                    # It could not run at all (e.g. no code to start after a failed update):
+                    # a failed attempt, logged and retried. The task died unseen before
+                    # ("Task exception was never retrieved") and the event was lost.
+                    self.meters.of(name).errors += 1
+                    self._finish(rec, rid, b"", "Unhandled",
+                                 f"EVENT RequestId: {rid} could not run: {type(e).__name__}: {e}\n", False)
+                    failed = True
                 attempts += 1
-                if result.function_error is None:
+                if not failed:
                     return
                 if attempts < EVENT_MAX_ATTEMPTS:
                     self.meters.of(name).event_retries += 1

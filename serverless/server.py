@@ -209,6 +209,14 @@ class Emulator:
 
     async def delete_function(self, request: web.Request) -> web.Response:
         rec = self.store.get(request.match_info["name"])
+        # An unpacking that finished after the delete wrote the directory and config.json
+        # back: the deleted function returned at the next start, its code left on disk.
+        # A loop: an update may start another while we wait; none can between it and the delete.
+        while (task := self._activations.get(rec.name)) is not None and not task.done():
+            await task
+        if self.store.functions.get(rec.name) is not rec:  # deleted (or re-created) meanwhile
+            raise errors.not_found(rec.name, self.cfg.region)
+        self._activations.pop(rec.name, None)
         self.store.delete(rec)
         self.pool.drop_function(rec.name)
         self.limiter.forget(rec.name)

@@ -97,7 +97,15 @@ def verify(
     path, _, query = raw_path_qs.partition("?")
     names = signed.split(";")
     canonical_headers = "".join(f"{n}:{' '.join(headers.get(n, '').split())}\n" for n in names)
-    payload_hash = headers.get("x-amz-content-sha256") or hashlib.sha256(body).hexdigest()
+    payload_hash = hashlib.sha256(body).hexdigest()
+    declared = headers.get("x-amz-content-sha256")
+    # The signature covers this header's value, not the body: trusted as the body's hash, it let
+    # a captured request be replayed with any other body (UNSIGNED-PAYLOAD is S3's, not Lambda's).
+    if declared is not None and declared != payload_hash:
+        raise errors.access_denied(
+            "InvalidSignatureException",
+            "The provided 'x-amz-content-sha256' header does not match the SHA-256 of the request body.",
+        )
     canonical = "\n".join(
         [method.upper(), _canonical_path(path), _canonical_query(query), canonical_headers, signed, payload_hash]
     )

@@ -110,8 +110,20 @@ def _load_handler(spec: str):
     return handler, None
 
 
+class _Captured(io.StringIO):
+    """The handler's sys.stdout and sys.stderr: kept for the log tail, yet with what code
+    expects of a real stream. A bare StringIO has no fileno() and no encoding, so e.g.
+    `subprocess.run(cmd, stdout=sys.stdout)` failed here while it works on Lambda; a child
+    given it writes to the function's log file (fd 2), as one writing to fd 1 does."""
+
+    encoding = "utf-8"
+
+    def fileno(self) -> int:
+        return 2
+
+
 def _invoke(handler, msg: dict) -> dict:
-    captured = io.StringIO()
+    captured = _Captured()
     real_out, real_err = sys.stdout, sys.stderr
     sys.stdout = sys.stderr = captured
     fatal = False
@@ -168,6 +180,13 @@ def main() -> int:
     memory_mb = int(os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128"))
     proto_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray writes to fd 1 (a child process, a C library) land in the log
+    # Requests arrive on a private copy of fd 0; the function and what it starts read EOF
+    # from stdin, as on Lambda. Sharing the request pipe, a child that read stdin (a tested
+    # program's input()) blocked until the function's timeout, or swallowed the next request.
+    proto_in = os.dup(0)  # not inheritable (PEP 446): no child gets it
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
     task_root = os.environ["LAMBDA_TASK_ROOT"]
     os.chdir(task_root)
     # The function sees its own code first and none of the emulator's packages.
@@ -186,7 +205,7 @@ def main() -> int:
     if init_error is not None:
         return 1
     while True:
-        msg = read_frame(0)
+        msg = read_frame(proto_in)
         if msg is None:
             return 0
         out = _invoke(handler, msg)

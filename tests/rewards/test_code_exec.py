@@ -63,3 +63,13 @@ def test_lambda_remaining_time_caps_the_limit():
 
     out = code_exec.handler({"code": "while True:\n    pass\n", "tests": ["pass"]}, Ctx())
     assert out["reward"] == 0.0 and out["limit_s"][0] <= 1.0
+
+
+def test_programs_no_command_line_can_carry_are_still_scored():
+    """A program over 128 KB (Linux's limit on one argument) or with a NUL byte failed the whole
+    reward (OSError / ValueError from Popen), so the trajectory was left out instead of scored."""
+    big = ADD + "# padding\n" * 20_000  # ~200 KB
+    assert code_exec.score({"code": big, "tests": ["assert add(1, 2) == 3", "assert add(1, 1) == 3"]})["passed"] == [True, False]
+    # Python refuses such source: the test fails, the reward is 0, nothing raises
+    assert code_exec.score({"code": ADD + "x = 1\x00\n", "tests": ["assert add(1, 2) == 3"]})["reward"] == 0.0
+    assert code_exec.score({"code": ADD + "s = '\ud800'\n", "tests": ["assert add(1, 2) == 3"]})["reward"] == 0.0

@@ -217,3 +217,117 @@ def test_malformed_requests_are_400s_not_500s(shared_endpoint, echo_zip, method,
     if "api-crud" not in [f["FunctionName"] for f in c.list_functions()["Functions"]]:
         create(c, "api-crud", echo_zip)
     assert _raw(shared_endpoint, method, path, body) == (400, error_type)
+
+
+def _zip_with(method: int | None = None, encrypted: bool = False, corrupt: bool = False) -> bytes:
+    """A one-file deflated zip, its headers or data then damaged as asked."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("echo.py", "def handler(event, context):\n    return {'reward': 1.0}\n" * 40)
+    data = bytearray(buf.getvalue())
+    central = data.rfind(b"PK\x01\x02")
+    if method is not None:  # the method field of the local header and of the central directory
+        data[8], data[central + 10] = method, method
+    if encrypted:  # bit 0 of the general-purpose flags
+        data[6] |= 1
+        data[central + 8] |= 1
+    if corrupt:  # the deflate stream's first block is of a type that does not exist (zlib.error)
+        data[30 + len("echo.py")] = 0xFF
+    return bytes(data)
+
+
+def _zip_bomb(unzipped_mb: int) -> bytes:
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("echo.py", "def handler(event, context):\n    return 1\n")
+        with zf.open("zeros.bin", "w") as f:
+            for _ in range(unzipped_mb):
+                f.write(bytes(1 << 20))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("make_zip_bytes", "message"),
+    [
+        (lambda: _zip_with(corrupt=True), "Could not unzip"),  # zlib.error: a 500 before
+        (lambda: _zip_with(method=99), "Could not unzip"),  # NotImplementedError: a 500 before
+        (lambda: _zip_with(encrypted=True), "Could not unzip"),  # RuntimeError: password required
+        (lambda: _zip_bomb(260), "Unzipped size must be smaller than 262144000 bytes"),  # was accepted and unpacked
+    ],
+    ids=["corrupt-deflate", "unknown-method", "encrypted", "over-250MB-unzipped"],
+)
+def test_bad_zip_files_are_400s_that_say_so(shared_endpoint, make_zip_bytes, message):
+    c = client_for(shared_endpoint)
+    with pytest.raises(c.exceptions.InvalidParameterValueException, match=message):
+        create(c, "api-bad-zip", make_zip_bytes())
+    with pytest.raises(c.exceptions.ResourceNotFoundException):
+        c.get_function(FunctionName="api-bad-zip")
+
+
+def test_a_refused_configuration_update_changes_nothing(shared_endpoint, echo_zip):
+    """A valid Handler next to an invalid Timeout was applied although the update was refused."""
+    c = client_for(shared_endpoint)
+    before = create(c, "api-atomic-update", echo_zip, Timeout=5)
+    with pytest.raises(c.exceptions.InvalidParameterValueException):
+        c.update_function_configuration(FunctionName="api-atomic-update", Handler="other.handler", Timeout=901)
+    with pytest.raises(c.exceptions.InvalidParameterValueException):
+        c.update_function_configuration(FunctionName="api-atomic-update", MemorySize=256,
+                                        Environment={"Variables": {"x": "1"}})  # a one-letter name
+    after = c.get_function_configuration(FunctionName="api-atomic-update")
+    for key in ("Handler", "Timeout", "MemorySize", "Environment", "RevisionId"):
+        assert after[key] == before[key], key
+    assert "FunctionError" not in c.invoke(FunctionName="api-atomic-update", Payload=b"{}")
+
+
+def test_environment_variables_over_4kb_are_refused_not_500s_at_every_invoke(shared_endpoint, echo_zip):
+    c = client_for(shared_endpoint)
+    create(c, "api-big-env", echo_zip)
+    with pytest.raises(c.exceptions.InvalidParameterValueException, match="4KB"):
+        c.update_function_configuration(FunctionName="api-big-env", Environment={"Variables": {"BIG": "x" * 200_000}})
+    with pytest.raises(c.exceptions.InvalidParameterValueException, match="4KB"):
+        create(c, "api-big-env-2", echo_zip, Environment={"Variables": {"BIG": "x" * 5000}})
+    c.update_function_configuration(FunctionName="api-big-env", Environment={"Variables": {"GREETING": "x" * 4000}})
+    c.get_waiter("function_updated_v2").wait(FunctionName="api-big-env", WaiterConfig={"Delay": 0.1, "MaxAttempts": 50})
+    assert json.loads(c.invoke(FunctionName="api-big-env", Payload=b"{}")["Payload"].read())["env"] == "x" * 4000
+
+
+def test_an_event_that_cannot_run_is_a_logged_failed_attempt_not_lost(shared_endpoint, echo_zip, tmp_path):
+    """An Event queued before an update whose code could not be unpacked died with its task
+    ("Task exception was never retrieved"): no attempt, no retry, no log line, no error."""
+    import io
+    import time
+    import zipfile
+
+    from serverless.cli import emulator_call
+
+    c = client_for(shared_endpoint)
+    create(c, "api-event-failed-update", echo_zip)
+    c.put_function_concurrency(FunctionName="api-event-failed-update", ReservedConcurrentExecutions=0)  # held queued
+    rid = c.invoke(FunctionName="api-event-failed-update", InvocationType="Event",
+                   Payload=json.dumps({"count_to": str(tmp_path / "ran")}).encode())["ResponseMetadata"]["RequestId"]
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:  # a file `a` and a file inside a directory `a`: cannot be unpacked
+        zf.writestr("a", "x")
+        zf.writestr("a/b", "y")
+    c.update_function_code(FunctionName="api-event-failed-update", ZipFile=buf.getvalue())
+    with pytest.raises(Exception, match="Failed"):
+        c.get_waiter("function_updated_v2").wait(FunctionName="api-event-failed-update",
+                                                 WaiterConfig={"Delay": 0.1, "MaxAttempts": 50})
+    c.delete_function_concurrency(FunctionName="api-event-failed-update")
+
+    def stats() -> dict:
+        return json.loads(emulator_call(shared_endpoint, "GET", "/_emulator/stats"))
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and stats()["functions"]["api-event-failed-update"]["errors"] < 3:
+        time.sleep(0.05)
+    assert stats()["functions"]["api-event-failed-update"]["errors"] == 3  # the first try and two retries
+    log = emulator_call(shared_endpoint, "GET", "/_emulator/logs/api-event-failed-update").decode()
+    assert log.count(f"EVENT RequestId: {rid} could not run: RuntimeError: the function is Failed") == 3
+    assert not (tmp_path / "ran").exists()

@@ -189,3 +189,40 @@ def test_start_refuses_nonsense_settings(tmp_path):
         res = subprocess.run([sys.executable, "-m", "serverless.cli", "start", "--state-dir", str(tmp_path), flag, value],
                              capture_output=True, text=True, timeout=30)
         assert res.returncode == 2 and f"argument {flag}: {says}" in res.stderr, res.stderr
+
+
+def test_a_function_deleted_while_its_code_unpacks_stays_deleted(tmp_path, echo_zip):
+    """The unpacking of a just-created function, done after its DeleteFunction, wrote its
+    directory and config.json back: it came back at the next start, its code left on disk."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from serverless.functions import FunctionStore
+    from serverless.server import Emulator, ServerConfig
+
+    async def scenario() -> None:
+        emulator = Emulator(ServerConfig(state_dir=tmp_path))
+        reached, gate = threading.Event(), threading.Event()
+        unpack = emulator.store._unpack
+
+        def held_unpack(rec, data: bytes) -> None:  # a large package, its zip read, still unpacking
+            reached.set()
+            gate.wait(30)
+            unpack(rec, data)
+
+        emulator.store._unpack = held_unpack
+        async with TestClient(TestServer(emulator.app(), host="127.0.0.1")) as http:
+            body = {"FunctionName": "deleted-early", "Handler": "echo.handler",
+                    "Code": {"ZipFile": base64.b64encode(echo_zip).decode()}}
+            assert (await http.post("/2015-03-31/functions", json=body)).status == 201
+            assert await asyncio.to_thread(reached.wait, 30)
+            delete = asyncio.ensure_future(http.delete("/2015-03-31/functions/deleted-early"))
+            await asyncio.wait({delete}, timeout=0.5)  # lets the delete reach the server first
+            gate.set()
+            assert (await delete).status in (200, 204)
+            await emulator.close()  # waits for any unpacking still under way
+        assert not (tmp_path / "functions" / "deleted-early").exists()
+        assert FunctionStore(tmp_path, "us-east-1").functions == {}  # what the next start loads
+
+    asyncio.run(scenario())

@@ -128,3 +128,50 @@ def test_a_corrupt_function_on_disk_does_not_stop_the_emulator(start_emulator, t
     resp = c.invoke(FunctionName="sbx-good", Payload=b'{"reward": 0.5}', LogType="Tail")
     assert _payload(resp)["reward"] == 0.5
     assert "Max Memory Used" in base64.b64decode(resp["LogResult"]).decode()
+
+
+STDIN_READER = """
+import subprocess, sys
+
+def handler(event, context):
+    if event.get("child"):  # a program the function runs, reading its (inherited) stdin
+        out = subprocess.run([sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"],
+                             capture_output=True, text=True, timeout=context.get_remaining_time_in_millis() / 1000)
+        return {"child_read": out.stdout.strip()}
+    return {"read": sys.stdin.read()}
+"""
+
+
+def test_a_function_and_its_children_read_eof_from_stdin(shared_endpoint):
+    """stdin was the request pipe: a child reading it blocked until the function's timeout
+    (or, run in the background, swallowed the next request); Lambda gives them EOF."""
+    c = client_for(shared_endpoint)
+    create(c, "sandbox-stdin", make_zip({"reader.py": STDIN_READER}), handler="reader.handler", Timeout=5)
+    assert _payload(c.invoke(FunctionName="sandbox-stdin", Payload=b'{"child": true}')) == {"child_read": "''"}
+    assert _payload(c.invoke(FunctionName="sandbox-stdin", Payload=b"{}")) == {"read": ""}
+    assert _payload(c.invoke(FunctionName="sandbox-stdin", Payload=b'{"child": true}')) == {"child_read": "''"}
+
+
+def test_output_utf8_cannot_encode_fails_neither_the_invocation_nor_its_log(shared_endpoint):
+    """A lone surrogate printed by the handler made writing the log raise: a 500
+    ServiceException, which callers retry, so the function ran again."""
+    c = client_for(shared_endpoint)
+    src = "def handler(event, context):\n    print('half a pair: \\ud800')\n    return {'reward': 1.0}\n"
+    create(c, "sandbox-surrogate", make_zip({"half.py": src}), handler="half.handler")
+    resp = c.invoke(FunctionName="sandbox-surrogate", Payload=b"{}", LogType="Tail")
+    assert "FunctionError" not in resp and _payload(resp) == {"reward": 1.0}
+    assert "half a pair: ?" in base64.b64decode(resp["LogResult"]).decode()
+    assert "half a pair: ?" in emulator_call(shared_endpoint, "GET", "/_emulator/logs/sandbox-surrogate").decode()
+
+
+def test_the_handlers_stdout_is_a_stream_a_child_process_can_be_given(shared_endpoint):
+    """sys.stdout was a bare StringIO: `subprocess.run(cmd, stdout=sys.stdout)` failed with
+    UnsupportedOperation: fileno (it works on Lambda) and sys.stdout.encoding was None."""
+    c = client_for(shared_endpoint)
+    src = ("import subprocess, sys\n\ndef handler(event, context):\n"
+           "    done = subprocess.run([sys.executable, '-c', 'print(\"said by a child\")'], stdout=sys.stdout)\n"
+           "    return {'rc': done.returncode, 'encoding': sys.stdout.encoding}\n")
+    create(c, "sandbox-stdout-fd", make_zip({"child.py": src}), handler="child.handler")
+    resp = c.invoke(FunctionName="sandbox-stdout-fd", Payload=b"{}")
+    assert "FunctionError" not in resp and _payload(resp) == {"rc": 0, "encoding": "utf-8"}
+    assert "said by a child" in emulator_call(shared_endpoint, "GET", "/_emulator/logs/sandbox-stdout-fd").decode()

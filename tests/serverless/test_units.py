@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 
 import pytest
 from botocore.auth import SigV4Auth
@@ -106,3 +107,20 @@ def test_deploy_spec_reads_module_settings(tmp_path):
     assert module_settings(mod) == {"LAMBDA_MEMORY_MB": 640, "LAMBDA_TIMEOUT_S": 42}
     spec = spec_for(mod)
     assert (spec.name, spec.handler, spec.memory_mb, spec.timeout_s) == ("roll-agentic-scorer", "scorer.handler", 640, 42)
+
+
+def test_sigv4_binds_the_body_even_when_its_hash_travels_in_a_header():
+    """With x-amz-content-sha256 signed, its value was trusted as the body's hash: a captured
+    request replayed with another body (another payload, another function's code) verified."""
+    url = "http://127.0.0.1:9/2015-03-31/functions/f/invocations"
+    for declared in (hashlib.sha256(b'{"a": 1}').hexdigest(), "UNSIGNED-PAYLOAD"):
+        req = AWSRequest(method="POST", url=url, data=b'{"a": 1}', headers={"X-Amz-Content-SHA256": declared})
+        SigV4Auth(Credentials("AKID", "secret"), "lambda", "us-east-1").add_auth(req)
+        p = req.prepare()
+        headers = {k.lower(): v for k, v in p.headers.items()} | {"host": "127.0.0.1:9"}
+        path = "/" + p.url.split("://", 1)[1].partition("/")[2]
+        if declared != "UNSIGNED-PAYLOAD":
+            sigv4.verify("POST", path, headers, b'{"a": 1}', KNOWN)
+        with pytest.raises(errors.LambdaError) as e:
+            sigv4.verify("POST", path, headers, b'{"a": 2}', KNOWN)
+        assert (e.value.code, e.value.status) == ("InvalidSignatureException", 403)
