@@ -15,6 +15,7 @@ import argparse
 import functools
 import json
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -148,8 +149,9 @@ def _beyond_paper(doc: dict) -> list[str]:
 def _compare_seeds(args: argparse.Namespace, slo_range: tuple[float, float]) -> int:
     from roll_agentic.sim.seeds import SeedRun, compare_seeds, parse_seeds, seeds_table
 
+    # --seed too: each seed of the list is one trace's, and a --seed beside it was dropped unsaid.
     clash = [f for f, v in (("--trace", args.trace), ("--plot", args.plot),
-                            ("--save-trace", args.save_trace)) if v]
+                            ("--save-trace", args.save_trace), ("--seed", args.seed != 0)) if v]
     if clash:
         raise ValueError(f"--seeds generates one trace per seed; it does not combine with {clash[0]}")
     run = SeedRun(
@@ -167,6 +169,21 @@ def _compare_seeds(args: argparse.Namespace, slo_range: tuple[float, float]) -> 
     return _emit(args, doc, rows)
 
 
+def _writable_folder(folder: str) -> None:
+    """ValueError naming `--plot` unless `folder` is (or is made) a folder a file can be written to.
+
+    The plots are written after every policy is simulated: an unusable
+    folder (a file of that name, no permission, a read-only mount) must be
+    found first, and said with the flag's name, not a bare `[Errno 17]`.
+    """
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise ValueError(f"--plot {folder}: cannot write plots there: {err.strerror or err}") from None
+
+
 def _compare(args: argparse.Namespace) -> int:
     from roll_agentic.sim.compare import compare
 
@@ -177,7 +194,7 @@ def _compare(args: argparse.Namespace) -> int:
         raise ValueError("--workers sets how many of --seeds' traces run at once: give --seeds too")
     _generator_flags_unused(args)
     if args.plot:  # before minutes of simulation, not after
-        Path(args.plot).mkdir(parents=True, exist_ok=True)
+        _writable_folder(args.plot)
     if args.trace:
         trace = Trace.load(args.trace)
     else:
@@ -186,7 +203,12 @@ def _compare(args: argparse.Namespace) -> int:
             WorkloadSpec(n_jobs=args.jobs, arrival=args.arrival, slo_range=slo_range),
         )
     if args.save_trace:
-        trace.save(args.save_trace)
+        try:
+            trace.save(args.save_trace)
+        except OSError as err:
+            raise ValueError(
+                f"--save-trace {args.save_trace}: cannot write the trace there: {err.strerror or err}"
+            ) from None
     doc, results = compare(
         trace,
         spec=_spec(args),

@@ -24,10 +24,18 @@ from roll_agentic.mux.profile import ClusterSpec, Pool
 from roll_agentic.sim.baselines import ColocatedPolicy, GreedyPolicy, RandomPolicy, SoloPolicy
 from roll_agentic.sim.census import SLO_BANDS
 from roll_agentic.sim.cluster import ClusterSimulator
+from roll_agentic.sim.doc_file import listed_problems
 from roll_agentic.sim.optimal import ReplayPolicy, plan_objective, solve
 from roll_agentic.sim.options import DEFAULT_OPTIONS, RollMuxOptions
 from roll_agentic.sim.sim_result import SimResult
-from roll_agentic.sim.trace import Trace, TraceJob, WorkloadSpec, check_fits, generate_trace
+from roll_agentic.sim.trace import (
+    Trace,
+    TraceJob,
+    WorkloadSpec,
+    check_fits,
+    generate_trace,
+    trace_problems,
+)
 
 POLICIES = ("solo", "colocated", "random", "greedy", "rollmux")
 
@@ -226,9 +234,14 @@ def optimality(
     rows = []
     baseline_over_opt: dict[str, list[float]] = {"solo": [], "colocated": []}
     complete = True
-    for k in range(instances):
-        n = int(rng.integers(3, max_jobs + 1))
-        jobs = _instance(seed * 1000 + k, n)
+    # Every instance drawn (as before: one draw of `rng` each) and checked before any runs:
+    # a job that fits no node of `spec` could run nowhere (`compare` refuses it too).
+    drawn = [_instance(seed * 1000 + k, int(rng.integers(3, max_jobs + 1))) for k in range(instances)]
+    problems = [f"instance {k}: {p}" for k, jobs in enumerate(drawn) for p in trace_problems(jobs, spec)]
+    if problems:
+        raise ValueError(listed_problems(problems))
+    for jobs in drawn:
+        n = len(jobs)
         horizon = 40.0 * max(j.profile.solo_iter_s for j in jobs)
         budget = RollMuxPolicy.batch_budget if batch else 0
         rm = ClusterSimulator(
@@ -314,6 +327,7 @@ def scale(
     spec = spec or ClusterSpec(migration=migration, rollout_fifo=rollout_fifo)
     wl = WorkloadSpec(n_jobs=n_jobs, span_days=14.0 * n_jobs / 200)
     trace = generate_trace(seed, wl)
+    check_fits(trace, spec)  # as `compare` does: a job that fits no node could run nowhere
     t0 = time.perf_counter()
     result = ClusterSimulator(spec, options.policy(spec)).run(trace.jobs)
     # Offering lone jobs a move between iterations, and re-planning, are

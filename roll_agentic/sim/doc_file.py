@@ -15,7 +15,15 @@ def read_doc(
     except OSError as err:
         raise ValueError(f"cannot read {what} {path}: {err.strerror or err}") from None
     except bad as err:
-        raise ValueError(f"{what} {path} is not {fmt}: {err}") from None
+        raise ValueError(f"{what} {path} is not {fmt}: {_one_line(err)}") from None
+
+
+def _one_line(err: Exception) -> str:
+    """A parser's message in one line: PyYAML's quote the text with a caret under it, over lines."""
+    problem, mark = getattr(err, "problem", None), getattr(err, "problem_mark", None)
+    if problem and mark is not None:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(err).split())
 
 
 def listed_problems(problems: list[str], most: int = 10) -> str:

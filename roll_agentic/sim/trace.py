@@ -75,6 +75,10 @@ def typical_fractions() -> tuple[float, float]:
 # arrivals decades out make every $/h a rounding error.
 MAX_ITERATIONS = 100_000
 MAX_ARRIVAL_H = 87_600.0  # ten years
+# Nodes of one pool a job was profiled on (8,192 GPUs of 8-GPU nodes): every
+# phase walks its job's nodes, so 1,000 rollout nodes took 17 s for a single
+# job, 10,000 ran past minutes, and a typo of 1000000 never finished.
+MAX_NODES = 1024
 
 
 @dataclass(frozen=True)
@@ -153,11 +157,22 @@ class Trace:
             workload = WorkloadSpec(**wl)
         except TypeError as err:
             raise ValueError(f"trace {path}: bad 'workload': {err}") from None
+        # The report prints both (`compare`): checked here, not after the whole run.
+        if not _slo_pair(workload.slo_range):
+            raise ValueError(f"trace {path}: workload.slo_range must be two numbers LO <= HI, "
+                             f"got {doc['workload'].get('slo_range')!r}")
+        if not isinstance(workload.arrival, str):
+            raise ValueError(f"trace {path}: workload.arrival must be a string, got {workload.arrival!r}")
         jobs = []
         for i, j in enumerate(doc["jobs"]):
+            if not isinstance(j, dict):
+                raise ValueError(f"trace {path}: job #{i} must be an object with arrival_s, n_iters, seed "
+                                 f"and profile, got {j!r}")
             try:
-                arrival, n_iters, seed = j["arrival_s"], j["n_iters"], j["seed"]
-                profile = JobProfile(**j["profile"])
+                arrival, n_iters, seed, raw = j["arrival_s"], j["n_iters"], j["seed"], j["profile"]
+                if not isinstance(raw, dict):
+                    raise ValueError(f"'profile' must be an object of a job profile's fields, got {raw!r}")
+                profile = JobProfile(**raw)
             except KeyError as err:
                 raise ValueError(f"trace {path}: job #{i} has no {err}") from None
             except (TypeError, ValueError) as err:
@@ -183,12 +198,26 @@ def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _slo_pair(value: tuple) -> bool:
+    """Two finite numbers, the first no larger: a range of SLOs."""
+    numbers = [v for v in value if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
+    return len(value) == 2 and len(numbers) == 2 and numbers[0] <= numbers[1]
+
+
 def trace_problems(jobs: list[TraceJob], spec: ClusterSpec | None = None) -> list[str]:
-    """Every job profile's problems (`profile_problems`) and repeated job ids, one line each."""
+    """Every job profile's problems (`profile_problems`), node counts past `MAX_NODES` and
+    repeated job ids, one line each."""
     out, seen = [], set()
     for i, job in enumerate(jobs):
         name = f"job #{i} ({job.profile.job_id})"
-        out += [f"{name}: {p}" for p in profile_problems(job.profile, spec)]
+        problems = profile_problems(job.profile, spec)
+        for field_name in ("n_rollout", "n_train"):
+            value = getattr(job.profile, field_name)
+            if isinstance(value, int) and value > MAX_NODES:
+                problems.append(f"{field_name} must be a whole number of nodes from 1 to {MAX_NODES}, got {value!r}")
+        out += [f"{name}: {p}" for p in problems]
+        if not isinstance(job.profile.job_id, str):  # named above; a list or object cannot be counted
+            continue
         if job.profile.job_id in seen:
             out.append(f"{name}: job_id repeats an earlier job's; ids must be unique")
         seen.add(job.profile.job_id)

@@ -43,6 +43,7 @@ from roll_agentic.sim.doc_file import listed_problems
 from roll_agentic.sim.trace import (
     MAX_ARRIVAL_H,
     MAX_ITERATIONS,
+    MAX_NODES,
     ROLLOUT_TP,
     Trace,
     TraceJob,
@@ -64,8 +65,8 @@ _PROFILE_FIELD = {"rollout_s": "roll_s"}
 _RULES: dict[str, tuple[float, float, bool, str]] = {
     "arrival_h": (0.0, MAX_ARRIVAL_H, True, f"hours since the trace's start, 0 to {MAX_ARRIVAL_H:.0f} (ten years)"),
     "params_b": (0.0, _INF, False, "billions of parameters, > 0"),
-    "rollout_nodes": (1.0, _INF, True, "a whole number of nodes >= 1"),
-    "train_nodes": (1.0, _INF, True, "a whole number of nodes >= 1"),
+    "rollout_nodes": (1.0, MAX_NODES, True, f"a whole number of nodes from 1 to {MAX_NODES}"),
+    "train_nodes": (1.0, MAX_NODES, True, f"a whole number of nodes from 1 to {MAX_NODES}"),
     "run_h": (0.0, _INF, False, "hours the job runs alone, > 0"),
     "rollout_tp": (1.0, 8.0, True, "GPUs per inference engine, 1 to 8"),
 }

@@ -64,7 +64,7 @@ def test_every_problem_of_every_line_is_named_at_once(tmp_path):
     assert "7 problem(s)" in text
     for piece in (
         "line 2 (j0000): arrival_h must be hours since the trace's start, 0 to 87600 (ten years), got '-1'",
-        "line 2 (j0000): rollout_nodes must be a whole number of nodes >= 1, got '0'",
+        "line 2 (j0000): rollout_nodes must be a whole number of nodes from 1 to 1024, got '0'",
         "line 2 (j0000): rollout_s must be a number, got 'abc'",
         "line 2 (j0000): slo must be a tolerated slowdown",
         "line 3 (j0001): rollout_nodes must be a whole number, got '1.5'",
