@@ -32,7 +32,8 @@ def _rollout(env: Any, seed: int, replies: list[str], steps: int) -> list[tuple]
     obs, _ = env.reset(seed=seed)
     out: list[tuple] = [(obs,)]
     for i in range(steps):
-        obs, reward, terminated, truncated, _ = env.step(replies[i % len(replies)])
+        # the contract training holds every step to, not only the first one's
+        obs, reward, terminated, truncated, _ = check_step(env.step(replies[i % len(replies)]))
         out.append((obs, reward, terminated, truncated))
         if terminated or truncated:
             break
@@ -76,8 +77,8 @@ def check_env(env_id: str, env_kwargs: dict | None = None, seed: int = 0, steps:
         step_ok, detail = False, str(err)
     results.append(CheckResult("step types", step_ok, detail))
 
-    env.reset(seed=seed)
     try:
+        env.reset(seed=seed)
         o, r, te, tr, inf = env.step("\x00 this reply names no action \ufffd")
         ok = bool(inf.get("invalid_action"))
         results.append(CheckResult("unparseable reply", ok, "an unparseable reply is an invalid action" if ok else
@@ -91,10 +92,19 @@ def check_env(env_id: str, env_kwargs: dict | None = None, seed: int = 0, steps:
         results.append(CheckResult("text round trip", not bad, "every action name parses back to its index" if not bad
                                    else f"action names {bad} do not parse back to their own index"))
 
-    a = _rollout(env, seed, replies, steps)
-    b = _rollout(env, seed, replies, steps)
-    same = a == b
-    results.append(CheckResult("determinism", same, f"same seed and replies give the same {len(a)}-step episode" if same
-                               else "two episodes with the same seed and replies differ; seed every random choice from reset(seed=...)"))
-    env.close()
+    try:  # episodes go past the first step: an env that breaks later (a 4-tuple, a raise) is a failed check
+        a = _rollout(env, seed, replies, steps)
+        b = _rollout(env, seed, replies, steps)
+    except Exception as err:
+        results.append(CheckResult("determinism", False, f"an episode of up to {steps} steps with replies "
+                                   f"{replies[:3]}... failed: {type(err).__name__}: {err}"))
+    else:
+        same = a == b
+        results.append(CheckResult("determinism", same, f"same seed and replies give the same {len(a)}-step episode"
+                                   if same else "two episodes with the same seed and replies differ; seed every "
+                                   "random choice from reset(seed=...)"))
+    try:
+        env.close()
+    except Exception as err:  # a run shrugs it off, but it is the author's to fix
+        results.append(CheckResult("close", False, f"close() raised {type(err).__name__}: {err}"))
     return results

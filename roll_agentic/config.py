@@ -358,9 +358,20 @@ def validate(cfg: Config) -> Config:
                "text with {observation} where the first observation goes (other braces doubled: {{ }})",
                t.prompt_template)
         _check(e, t.pool in pool_names, f"{k}.pool", f"one of the pools {sorted(pool_names)}", t.pool)
+    pools_seen: set[str] = set()
     for i, p in enumerate(cfg.pools):
+        # Two pools of one name were merged into one by the router, whatever their hardware.
+        _check(e, p.name not in pools_seen, f"pools[{i}].name", "a name no other pool has", p.name)
+        pools_seen.add(p.name)
         _check(e, p.num_engines >= 1, f"pools[{i}].num_engines", "an integer >= 1", p.num_engines)
         _check(e, p.price_per_hour >= 0, f"pools[{i}].price_per_hour", "a number >= 0", p.price_per_hour)
+    # The router's cost model refuses these when it is built: inside its actor, after the
+    # engines had started, and every episode then failed on its dead router.
+    for name, h in cfg.router.hardware.items():
+        k = f"router.hardware.{name}"
+        _check(e, h.prefill_tokens_per_s > 0, f"{k}.prefill_tokens_per_s", "a number > 0", h.prefill_tokens_per_s)
+        _check(e, h.decode_tokens_per_s > 0, f"{k}.decode_tokens_per_s", "a number > 0", h.decode_tokens_per_s)
+        _check(e, h.price_per_hour >= 0, f"{k}.price_per_hour", "a number >= 0", h.price_per_hour)
     if e:
         raise ConfigError(e[0] if len(e) == 1 else f"{e[0]} (and {len(e) - 1} more: {'; '.join(e[1:])})")
     return cfg

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import typing
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.errors import ConfigCompositionException, MissingConfigException
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import (
     ConfigAttributeError,
+    ConfigIndexError,
     ConfigKeyError,
     ConfigTypeError,
     OmegaConfBaseException,
@@ -30,10 +32,29 @@ DEFAULT_CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 _registered = False
 
 
+def _open_mappings(node: DictConfig) -> None:
+    """Lets the command line add keys to the schema's free-form mappings (envs.resources,
+    trainer.resources, router.hardware: their keys are the user's own names).
+
+    Hydra composes in struct mode, which refuses a key the schema does not list: there
+    `envs.resources={node_a:1}`, as the README writes it, was refused as "unknown config
+    key 'envs.resources.node_a'". Their values keep their types, and every dataclass node,
+    the values of router.hardware included, still refuses a key it does not have."""
+    for key in node:
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing():
+            if OmegaConf.get_type(child) is dict:
+                OmegaConf.set_struct(child, False)
+            else:
+                _open_mappings(child)
+
+
 def register_schema() -> None:
     global _registered
     if not _registered:
-        ConfigStore.instance().store(name="base_config", node=Config)
+        node = OmegaConf.structured(Config)
+        _open_mappings(node)
+        ConfigStore.instance().store(name="base_config", node=node)
         _registered = True
 
 
@@ -57,6 +78,14 @@ def _one_line(err: BaseException) -> str:
         return (f"override {override}: a list [...] where a mapping {{...}} belongs, or the reverse"
                 f"{f' (at {key!r})' if key else ''}; tasks is a list of mappings, e.g. tasks=[{{name:cliff,env_id:CliffWalking-v1}}], "
                 "and env_kwargs a mapping, e.g. env_kwargs:{size:5}")
+    entry = re.fullmatch(r"(\w+)\[(\d+)\]", getattr(cause, "full_key", "") or "")
+    if entry and (isinstance(cause, ConfigIndexError) or str(cause).startswith(
+            "Invalid type assigned: dict is not a subclass")):
+        # `tasks.2.group_size=4` on a two-task list: Hydra said "Invalid type assigned: dict
+        # is not a subclass of TaskConfig. value: {}" or "Error merging override".
+        name, index = entry.groups()
+        return (f"config key '{name}[{index}]': {name} has no entry {index} (entries are numbered from 0); "
+                f"to add one, give the whole list, e.g. {name}=[{{...}},{{...}}]")
     if isinstance(cause, ValidationError):
         key = getattr(cause, "full_key", "") or "?"
         first = str(cause).splitlines()[0]
@@ -93,4 +122,37 @@ def load_config(overrides: list[str], config_dir: str | Path | None = None, conf
         raise ConfigError(_one_line(err)) from None
     if not isinstance(obj, Config):
         raise ConfigError("conf/config.yaml must start from base_config (the schema)")
+    # Struct mode refuses `trainer.total_stepz=5`, but `+trainer.total_stepz=5` (Hydra's own
+    # advice for a key it does not know) adds the key: the run went on ignoring it.
+    unknown = _unknown_keys(composed, Config, "")
+    if unknown:
+        key, cls = unknown[0]
+        raise ConfigError(f"unknown config key '{key}'; valid keys here: "
+                          + ", ".join(f.name for f in dataclasses.fields(cls)))
     return validate(obj)
+
+
+def _unknown_keys(node: object, cls: type, prefix: str) -> list[tuple[str, type]]:
+    """(dotted key, the schema class it is not a field of) for each key of the composed
+    `node` that schema `cls` does not have; the free-form mappings take any key."""
+    if not isinstance(node, DictConfig):
+        return []
+    hints = typing.get_type_hints(cls)
+    out: list[tuple[str, type]] = []
+    for key in node.keys():
+        name = f"{prefix}{key}"
+        if key not in hints:
+            out.append((name, cls))
+            continue
+        child = node._get_node(key)
+        hint = hints[key]
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+        if dataclasses.is_dataclass(hint):
+            out += _unknown_keys(child, hint, f"{name}.")
+        elif origin is list and args and dataclasses.is_dataclass(args[0]) and isinstance(child, ListConfig):
+            for i, item in enumerate(child):
+                out += _unknown_keys(item, args[0], f"{name}[{i}].")
+        elif origin is dict and len(args) == 2 and dataclasses.is_dataclass(args[1]) and isinstance(child, DictConfig):
+            for k in child.keys():
+                out += _unknown_keys(child._get_node(k), args[1], f"{name}.{k}.")
+    return out

@@ -45,3 +45,69 @@ def test_env_return_takes_a_format_penalty_in_the_envs_own_units():
     # of at most 1 (the old upper bound) garbage scored at least as well as every move.
     cfg = load_config([CLIFF % ",format_penalty:2.0"])
     assert cfg.tasks[0].reward == "env_return" and cfg.tasks[0].format_penalty == 2.0
+
+
+def test_the_free_form_mappings_take_the_users_own_keys():
+    # `envs.resources={node_a:1}` (README: env and trainer workers are placed "the same way" as
+    # pools, with envs.resources and trainer.resources) was refused as "unknown config key
+    # 'envs.resources.node_a'", as was every class of router.hardware
+    cfg = load_config(["envs.resources={node_a:1}", "trainer.resources.node_b=2",
+                       "router.hardware={H20:{prefill_tokens_per_s:9000}}"])
+    assert cfg.envs.resources == {"node_a": 1.0} and cfg.trainer.resources == {"node_b": 2.0}
+    assert cfg.router.hardware["H20"].prefill_tokens_per_s == 9000.0
+    assert cfg.router.hardware["H20"].decode_tokens_per_s == 500.0  # the class's defaults fill the rest
+    # ... while their values keep their types, and a typo in a schema's own key is still refused
+    with pytest.raises(ConfigError, match=r"config key 'envs.resources.node_a': Value 'many'"):
+        load_config(["envs.resources={node_a:many}"])
+    with pytest.raises(ConfigError, match=r"unknown config key 'router.hardware.H20.prefill_tokens'"):
+        load_config(["router.hardware={H20:{prefill_tokens:9000}}"])
+    with pytest.raises(ConfigError, match=r"unknown config key 'envs.resourcez'"):
+        load_config(["envs.resourcez={node_a:1}"])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    # passed validation; the router's actor then failed to build after the engines had
+    # started, and every episode failed on the dead router
+    (["router.policy=phase_aware", "router.hardware={H20:{prefill_tokens_per_s:0}}"],
+     "router.hardware.H20.prefill_tokens_per_s: expected a number > 0, got 0.0"),
+    (["router.hardware={H20:{decode_tokens_per_s:-5}}"], "router.hardware.H20.decode_tokens_per_s: expected a number > 0"),
+    (["router.hardware={H20:{price_per_hour:-1}}"], "router.hardware.H20.price_per_hour: expected a number >= 0"),
+    # two pools of one name were silently merged into one by the router
+    (["pools=[{name:default,hardware:H20},{name:default,hardware:H800}]"],
+     "pools[1].name: expected a name no other pool has, got 'default'"),
+])
+def test_bad_router_classes_and_pool_names_are_refused_before_the_start(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("override, message", [
+    # Hydra's own advice for a key it does not know is `+key=...`: that added the key, and
+    # the run went on ignoring it (80 steps for +trainer.total_stepz=5)
+    ("+trainer.total_stepz=5", "unknown config key 'trainer.total_stepz'; valid keys here: total_steps, lr,"),
+    ("++trainer.total_stepz=5", "unknown config key 'trainer.total_stepz'; valid keys here: total_steps, lr,"),
+    ("+tasks.0.group_sise=4", "unknown config key 'tasks[0].group_sise'; valid keys here: name, env_id,"),
+    ("+seed=3", "unknown config key 'seed'; valid keys here: run_name, output_dir, tasks,"),
+])
+def test_a_key_added_with_plus_must_still_be_a_key_of_the_schema(override, message):
+    with pytest.raises(ConfigError) as err:
+        load_config([override])
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_plus_still_adds_to_the_free_form_mappings():
+    cfg = load_config(["+envs.resources.node_a=1", "+tasks.0.env_kwargs.holes=2", "++trainer.total_steps=5"])
+    assert cfg.envs.resources == {"node_a": 1.0} and cfg.tasks[0].env_kwargs["holes"] == 2
+    assert cfg.trainer.total_steps == 5
+
+
+@pytest.mark.parametrize("override", ["tasks.2.group_size=4", "tasks.2={name:x,env_id:CliffWalking-v1}",
+                                      "+tasks.2.group_size=4"])
+def test_a_list_entry_that_does_not_exist_is_named_as_such(override):
+    # was: "Invalid type assigned: dict is not a subclass of TaskConfig. value: {}", or
+    # "Error merging override ...": neither said the default list has two tasks
+    with pytest.raises(ConfigError) as err:
+        load_config([override])
+    assert str(err.value) == ("config key 'tasks[2]': tasks has no entry 2 (entries are numbered from 0); to add "
+                              "one, give the whole list, e.g. tasks=[{...},{...}]")

@@ -51,6 +51,14 @@ def check_step(out: Any) -> tuple[str, float, bool, bool, dict]:
             raise EnvContractError(f"step: {name} must be a bool, got {_short(flag)}")
     if not isinstance(info, dict):
         raise EnvContractError(f"step: info must be dict, got {_short(info)}")
+    # The worker reads these as flags: one without a truth value (a numpy array of several
+    # values) raised in the worker, outside the env call, and was taken for an engine failure.
+    for key in ("invalid_action", "success"):
+        if key in info:
+            try:
+                bool(info[key])
+            except Exception:  # noqa: BLE001 - whatever its __bool__ raises, it is no flag
+                raise EnvContractError(f"step: info[{key!r}] must be a bool, got {_short(info[key])}") from None
     return out
 
 

@@ -182,6 +182,7 @@ class TailBatchingBuffer(TrajectoryBuffer):
         async with self._cond:
             for traj in trajs:
                 self._accept(traj)
+            too_long = {t.group_id for t in trajs if t.status == "prompt_too_long"}
             for gid in {t.group_id for t in trajs}:
                 if gid in self._open:  # came back without enough good episodes: roll it again
                     ticket = self._tickets.pop(gid)
@@ -189,9 +190,25 @@ class TailBatchingBuffer(TrajectoryBuffer):
                     self._round_groups.discard(gid)
                     self._outstanding -= 1
                     self._group_failed()
-                    self._round_tickets.append(Ticket("", ticket.task, ticket.seed, ticket.group_size,
+                    seed = ticket.seed
+                    if gid in too_long:
+                        # Its first prompt never fits: rolled again, it failed for ever and its
+                        # round never closed. A fresh prompt of the task takes its place, as
+                        # the plain buffer issues a fresh ticket for one.
+                        seed = self._replace_prompt(ticket.task, ticket.seed)
+                    self._round_tickets.append(Ticket("", ticket.task, seed, ticket.group_size,
                                                       ticket.issued_version, ticket.keep, ticket.round_id))
             self._cond.notify_all()
+
+    def _replace_prompt(self, task: str, seed: int) -> int:
+        """A fresh seed of `task` for a prompt that cannot run; a long round's own list
+        (saved by a checkpoint) names the new prompt instead of the old."""
+        new = self.rng.randrange(2**31)
+        for prompts in (self._round_prompts, self._round_fill):
+            if (task, seed) in prompts:
+                prompts[prompts.index((task, seed))] = (task, new)
+                break
+        return new
 
     async def get_batch(self, num_groups: int, version: int) -> list[list[Trajectory]]:
         """The round's groups: `num_groups` (P0), or more when a long round was filled."""

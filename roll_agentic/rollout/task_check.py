@@ -11,10 +11,12 @@ way: every episode or every reward, so they are checked here too.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
 import threading
+from collections.abc import Callable
 
 from roll_agentic.config import TaskConfig
 from roll_agentic.reward.outcome import parse_reward
@@ -22,34 +24,66 @@ from roll_agentic.rollout.env_contract import check_reset, check_step
 from roll_agentic.rollout.trajectory import json_scalars
 
 REWARD_CHECK_TIMEOUT_S = 30.0
+# The limit a run puts on each env call (rollout.env_step_timeout_s, whose default this is):
+# an env whose build, reset or step takes longer fails every episode of the run.
+ENV_CHECK_TIMEOUT_S = 60.0
 
 # What every episode of an untrained policy does first: a reply that names no action.
 _UNPARSEABLE_REPLY = "???"
 
 
-def _env_problem(task: TaskConfig) -> tuple[str, dict]:
+class _TooSlow(Exception):
+    """An env call of the check did not return within the run's env call limit."""
+
+
+def _bounded(fn: Callable[[], object], timeout_s: float) -> object:
+    """fn() in a daemon thread: its result, its error raised, or _TooSlow past `timeout_s`."""
+    result, error, finished = _call_in_thread(fn, timeout_s)
+    if not finished:
+        raise _TooSlow()
+    if error is not None:
+        raise error
+    return result
+
+
+def _env_problem(task: TaskConfig, timeout_s: float) -> tuple[str, dict]:
     """Why the task's env cannot run an episode's first turn ("" if it can), and the
-    info of that turn, which the reward check below scores."""
+    info of that turn, which the reward check below scores.
+
+    Each call runs under the limit the run's worker puts on env calls: called here
+    directly, an env whose reset hung (a simulator that never came up) held the start
+    for ever, before anything said what it was waiting for."""
     from envs.registry import make_text_env
 
+    def too_slow(call: str) -> str:
+        return (f"env_id {task.env_id!r}: {call} did not return within {timeout_s:g}s, the limit a run puts on "
+                "every env call (rollout.env_step_timeout_s), so every episode would fail; make it return "
+                "sooner or raise that limit")
+
     try:
-        env = make_text_env(task.env_id, task.env_kwargs)
+        env = _bounded(functools.partial(make_text_env, task.env_id, task.env_kwargs), timeout_s)
+    except _TooSlow:
+        return too_slow("building it"), {}
     except Exception as err:  # noqa: BLE001 - any failure of the user's env is reported as such
         return (str(err) if isinstance(err, ValueError) else
                 f"env_id {task.env_id!r} failed to build: {type(err).__name__}: {err}"), {}
     call = "reset(seed=0)"
+    hung = False
     try:
-        check_reset(env.reset(seed=0))
+        check_reset(_bounded(functools.partial(env.reset, seed=0), timeout_s))
         call = "step(<a reply that names no action>)"
-        _, reward, terminated, truncated, info = check_step(env.step(_UNPARSEABLE_REPLY))
+        _, reward, terminated, truncated, info = check_step(
+            _bounded(functools.partial(env.step, _UNPARSEABLE_REPLY), timeout_s))
+    except _TooSlow:
+        hung = True
+        return too_slow(call), {}
     except Exception as err:  # noqa: BLE001 - the env's own bug or a broken contract
         return (f"env_id {task.env_id!r}: {call} failed: {type(err).__name__}: {err} "
                 f"(run `roll-agentic env check {task.env_id}` for every check)"), {}
     finally:
-        try:
-            env.close()
-        except Exception:  # noqa: BLE001 - a failing close says nothing about training
-            pass
+        # A failing close says nothing about training; after a hung call it may hang too
+        # (a lock the stuck call holds), so it is then not waited for.
+        _call_in_thread(env.close, 0.0 if hung else timeout_s)
     return "", {"env_return": float(reward), "terminated": bool(terminated), "truncated": bool(truncated),
                 "info": json_scalars(info)}
 
@@ -67,17 +101,22 @@ def _sample_summary(task: TaskConfig, turn: dict) -> dict:
 def _call_reward(fn, summary: dict) -> tuple[object, BaseException | None, bool]:
     """fn(summary) in a daemon thread: (result, error, finished in time). A slow or hung
     reward must not hold the start (nor, as a pool thread would, the exit)."""
+    return _call_in_thread(functools.partial(fn, summary), REWARD_CHECK_TIMEOUT_S)
+
+
+def _call_in_thread(fn: Callable[[], object], timeout_s: float) -> tuple[object, BaseException | None, bool]:
+    """fn() in a daemon thread, waited for up to `timeout_s`: (result, error, finished in time)."""
     box: dict = {}
 
     def run() -> None:
         try:
-            box["result"] = fn(summary)
+            box["result"] = fn()
         except BaseException as err:  # noqa: BLE001 - reported
             box["error"] = err
 
-    thread = threading.Thread(target=run, daemon=True, name="reward-check")
+    thread = threading.Thread(target=run, daemon=True, name="task-check")
     thread.start()
-    thread.join(REWARD_CHECK_TIMEOUT_S)
+    thread.join(timeout_s)
     return box.get("result"), box.get("error"), not thread.is_alive()
 
 
@@ -131,15 +170,17 @@ def _reward_problem(name: str, summary: dict, need_handler: bool = False) -> str
     return ""
 
 
-def task_problem(tasks: list[TaskConfig], reward_mode: str = "local") -> str:
+def task_problem(tasks: list[TaskConfig], reward_mode: str = "local", env_timeout_s: float | None = None) -> str:
     """What is wrong with the first task that cannot run, in one line; "" if none.
-    `reward_mode`: the run's reward.mode (serverless needs each module's handler)."""
+    `reward_mode`: the run's reward.mode (serverless needs each module's handler);
+    `env_timeout_s`: its rollout.env_step_timeout_s (None: that key's default)."""
+    env_timeout_s = ENV_CHECK_TIMEOUT_S if env_timeout_s is None else env_timeout_s
     turns: dict[str, dict] = {}  # env (id and kwargs) -> the info of its checked first turn
     for i, task in enumerate(tasks):
         where = f"tasks[{i}] ({task.name})"
         key = repr((task.env_id, sorted(task.env_kwargs.items())))
         if key not in turns:
-            problem, turns[key] = _env_problem(task)
+            problem, turns[key] = _env_problem(task, env_timeout_s)
             if problem:
                 return f"{where}: {problem}"
         problem = _reward_problem(task.reward, _sample_summary(task, turns[key]), reward_mode == "serverless")
@@ -148,8 +189,8 @@ def task_problem(tasks: list[TaskConfig], reward_mode: str = "local") -> str:
     return ""
 
 
-def check_tasks(tasks: list[TaskConfig], reward_mode: str = "local") -> None:
+def check_tasks(tasks: list[TaskConfig], reward_mode: str = "local", env_timeout_s: float | None = None) -> None:
     """ValueError naming the first task that cannot run."""
-    problem = task_problem(tasks, reward_mode)
+    problem = task_problem(tasks, reward_mode, env_timeout_s)
     if problem:
         raise ValueError(problem)

@@ -217,14 +217,17 @@ class RolloutWorker:
         await self.buffer.wait_round_closed.remote(round_id)
 
     # -- environments -------------------------------------------------------------------
-    def _take_env(self, task: TaskConfig) -> Any:
+    async def _take_env(self, task: TaskConfig) -> Any:
         free = self._free_envs[task.name]
         if free:
             return free.pop()
+        # Built off the event loop under the env call limit, like every env call: a constructor
+        # run on the loop (a simulator or container starting) stalled every episode of the
+        # worker, and one that hung stalled them for ever. A failure is an EnvFailure (no back-off).
         try:
-            return make_text_env(task.env_id, task.env_kwargs)
-        except (Exception, SystemExit) as err:  # the env's failure (labelled so), not the engine's: no back-off
-            raise EnvFailure(f"env call make({task.env_id!r}) raised {type(err).__name__}: {err}") from err
+            return await self._env_call(make_text_env, task.env_id, task.env_kwargs)
+        except EnvFailure as err:  # an env's own constructor error need not name the env
+            raise EnvFailure(f"{err} (env_id {task.env_id!r})") from err
 
     async def _env_call(self, fn, *args, **kwargs):
         # One executor future and one timer per call, not wait_for(to_thread(...)):
@@ -341,7 +344,7 @@ class RolloutWorker:
             self._watched.pop(index, None)
 
     async def _play(self, task: TaskConfig, ticket: Ticket, traj_id: str, attempt: int) -> Trajectory:
-        env = self._take_env(task)
+        env = await self._take_env(task)
         healthy = False
         assigned: list[int] = []
 

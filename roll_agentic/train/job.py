@@ -76,6 +76,11 @@ def resolve_run_dir(cfg: Config) -> Path:
         return runs[-1]
     name = cfg.run_name or dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = root / name
+    if cfg.trainer.resume and latest_checkpoint(run_dir / "checkpoints") is None:
+        # Said only once Ray, the engines and the trainer had started (minutes with vLLM),
+        # for a run_name with a typo as for a run stopped before its first checkpoint.
+        raise FileNotFoundError(f"trainer.resume=true but {run_dir}/checkpoints has no complete checkpoint; "
+                                "check run_name, or start without resume")
     if not cfg.trainer.resume and latest_checkpoint(run_dir / "checkpoints") is not None:
         # A fresh run there would prune its own new checkpoints in favour of the old
         # run's higher steps, and a later resume would load the old run.
@@ -147,7 +152,8 @@ class TrainingJob:
         problem = in_process_device_error(cfg, torch.cuda.is_available())
         if problem:
             raise RuntimeError(problem)
-        check_tasks(cfg.tasks, cfg.reward.mode)  # a typo in env_id or reward: one line now, not a failing run
+        # a typo in env_id or reward, or an env call past the run's limit: one line now, not a failing run
+        check_tasks(cfg.tasks, cfg.reward.mode, cfg.rollout.env_step_timeout_s)
         self.started_ray = init_ray(cfg.ray)
         if not cfg.ray.address:  # a local Ray has all its nodes now; a cluster may still grow
             problem = shortfall_error(cfg, ray.cluster_resources())

@@ -109,3 +109,46 @@ def test_adapter_names_the_wrapped_env_and_the_gymnasium_api():
 
 def test_a_well_formed_discrete_env_still_passes_every_check():
     assert all(r.ok for r in check_env("CliffWalking-v1")), check_env("CliffWalking-v1")
+
+
+class OldGymStep(gym.Env):
+    """A text env on the old gym API's step: (observation, reward, done, info)."""
+
+    def __init__(self):
+        self.observation_space = spaces.Text(64)
+        self.action_space = spaces.Text(64)
+
+    def reset(self, *, seed=None, options=None):
+        return "start", {}
+
+    def step(self, action):
+        return "moved", 0.0, False, {}
+
+
+class BreaksOnTheThirdStep(OldGymStep):
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return "start", {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t == 3:
+            raise RuntimeError("the simulator lost its connection")
+        return "moved", 0.0, False, False, {"invalid_action": True}
+
+    def close(self):
+        raise RuntimeError("already closed")
+
+
+def test_checker_reports_an_env_that_breaks_past_the_first_step_instead_of_raising():
+    # was: check_env (so `roll-agentic env check`) ended in a traceback: "ValueError: not enough
+    # values to unpack (expected 5, got 4)" or the env's own error, and no check was printed
+    results = {r.name: r for r in check_env(f"{HERE}:OldGymStep")}
+    assert not results["step types"].ok
+    assert not results["determinism"].ok
+    assert "step must return (observation, reward, terminated, truncated, info)" in results["determinism"].detail
+    results = {r.name: r for r in check_env(f"{HERE}:BreaksOnTheThirdStep")}
+    assert results["step types"].ok and results["unparseable reply"].ok
+    assert not results["determinism"].ok
+    assert "RuntimeError: the simulator lost its connection" in results["determinism"].detail
+    assert not results["close"].ok and results["close"].detail == "close() raised RuntimeError: already closed"

@@ -280,3 +280,33 @@ def test_a_long_round_interrupted_before_its_update_runs_again_counted_once():
         assert clone.tail["rounds_long"] == buf.tail["rounds_long"] == 1
         assert clone.counters.trajectories_trained == trained + 12
     asyncio.run(main())
+
+
+def test_a_prompt_that_never_fits_is_replaced_not_rolled_for_ever():
+    """A group whose first prompt leaves no room to reply (prompt_too_long) was rolled again
+    with the same seed: it failed every time and its round never closed (the run ended after
+    five minutes of failures). As in the plain buffer, a fresh prompt takes its place."""
+    async def main():
+        buf = TailBatchingBuffer([TaskShare("a", 1.0, 2)], groups_per_step=2, eta=1.0, fill_tasks=False)
+        fits, too_long = await buf.next_tickets(2)
+        await buf.put_many([_traj(fits, i) for i in range(2)])
+        await buf.put_many([_traj(too_long, i, "prompt_too_long") for i in range(2)])
+        [fresh] = await buf.next_tickets(1)
+        assert fresh.task == "a" and fresh.seed != too_long.seed and fresh.round_id == 0
+        await buf.put_many([_traj(fresh, i) for i in range(2)])
+        assert buf._closed[0].is_set()
+        batch = await buf.get_batch(2, 0)
+        assert sorted(g[0].seed for g in batch) == sorted([fits.seed, fresh.seed])
+        assert buf.failures == {"prompt_too_long": 2}
+
+        # A long round's prompts are saved by a checkpoint: it names the replacement.
+        buf.long_queue.extend([("a", 11), ("a", 12)])  # two prompts deferred by earlier rounds
+        await buf.advance(1)
+        assert buf.round_kind == "long"
+        tickets = await _drain_tickets(buf)
+        bad = next(t for t in tickets if t.seed == 12)
+        await buf.put_many([_traj(bad, i, "prompt_too_long") for i in range(2)])
+        [fresh] = await buf.next_tickets(1)
+        assert fresh.seed != 12 and fresh.keep == 2
+        assert buf.export_state()["long_queue"] == [["a", 11], ["a", fresh.seed]]
+    asyncio.run(main())

@@ -2,6 +2,7 @@
 
 import sys
 import textwrap
+import threading
 
 import gymnasium as gym
 import pytest
@@ -67,6 +68,39 @@ def test_an_env_that_raises_on_an_unparseable_reply_is_named_before_the_run():
     problem = task_problem([TaskConfig(name="sim", env_id=f"{__name__}:StepRaisesOnGarbage")])
     assert problem.startswith(f"tasks[0] (sim): env_id '{__name__}:StepRaisesOnGarbage': "
                               "step(<a reply that names no action>) failed: ValueError")
+
+
+HUNG = threading.Event()  # set at the end of the test below: its env threads then return
+
+
+class ResetHangs(ResetRaises):
+    """A simulator that never comes up: its reset waits (bounded, so no test waits for ever)."""
+
+    def reset(self, *, seed=None, options=None):
+        HUNG.wait(10)
+        return "up at last", {}
+
+
+class BuildHangs(ResetRaises):
+    def __init__(self):
+        HUNG.wait(10)
+        super().__init__()
+
+
+@pytest.mark.parametrize("env, call", [("ResetHangs", "reset(seed=0)"), ("BuildHangs", "building it")])
+def test_an_env_call_that_does_not_return_is_named_not_waited_for(monkeypatch, env, call):
+    """The check called the env on the main thread with no limit: a reset that hung held the
+    start for ever, silently. Past the run's env call limit it is named, as the run would fail."""
+    import roll_agentic.rollout.task_check as task_check
+
+    monkeypatch.setattr(task_check, "ENV_CHECK_TIMEOUT_S", 0.2, raising=False)
+    try:
+        problem = task_problem([TaskConfig(name="sim", env_id=f"{__name__}:{env}")])
+    finally:
+        HUNG.set()
+    HUNG.clear()
+    assert problem.startswith(f"tasks[0] (sim): env_id '{__name__}:{env}': {call} did not return within 0.2s"), problem
+    assert "rollout.env_step_timeout_s" in problem
 
 
 @pytest.fixture

@@ -2,9 +2,12 @@
 
 import asyncio
 import sys
+import threading
 
+import numpy as np
 from safetensors.torch import save_file
 
+from roll_agentic.rollout.trajectory import Ticket
 from tests.rollout.test_worker import SlowCounter, _setup
 
 
@@ -85,3 +88,65 @@ def test_an_env_that_calls_sys_exit_fails_its_episode_not_the_worker(tiny_model_
     assert buffer.counters.groups_dropped_failed >= 2  # it went on taking groups after the first exit
     assert buffer.last_error == "env_failed: env call step raised SystemExit: simulator gave up"
     assert worker.counters["env_failures"] >= 8 and worker.counters["engine_failures"] == 0
+
+
+BUILD_RELEASED = threading.Event()  # set at the end of the test below: hung constructors return
+
+
+class BuildHangs(SlowCounter):
+    """A simulator whose start never finishes (bounded, so no test waits for ever)."""
+
+    def __init__(self, delay: float = 0.0):
+        BUILD_RELEASED.wait(5)
+        super().__init__(delay)
+
+
+def test_an_env_whose_construction_hangs_fails_its_episode_not_the_worker(tiny_model_path):
+    """The worker built envs on its event loop with no limit: one constructor that hung (a
+    simulator that never came up) stopped every episode of the worker, and the trainer waited
+    for ever. It is built off the loop, under the env call limit, like every env call."""
+    async def main():
+        engine, buffer, worker = _setup(tiny_model_path, alpha=0, delay=0.0,
+                                        env="tests.rollout.test_worker_failures:BuildHangs")
+        worker.env_step_timeout_s = 0.2
+        run = asyncio.ensure_future(worker.run())
+        try:
+            for _ in range(400):
+                await asyncio.sleep(0.05)
+                if buffer.counters.groups_dropped_failed >= 1:
+                    break
+        finally:
+            BUILD_RELEASED.set()
+        await buffer.stop()
+        await worker.stop()
+        await asyncio.wait_for(run, 30)
+        return buffer, worker
+
+    buffer, worker = asyncio.run(main())
+    BUILD_RELEASED.clear()
+    assert buffer.counters.groups_dropped_failed >= 1
+    assert buffer.last_error == ("env_failed: env call make_text_env exceeded 0.2s "
+                                 "(env_id 'tests.rollout.test_worker_failures:BuildHangs')")
+    assert worker.counters["env_failures"] >= 4 and worker.counters["engine_failures"] == 0
+
+
+class ArraySuccess(SlowCounter):
+    """Puts a per-agent array where the worker reads a flag."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated, {"success": np.array([True, False])}
+
+
+def test_an_info_flag_without_a_truth_value_fails_the_env_not_the_engine(tiny_model_path):
+    """bool(info["success"]) raised in the worker, outside the env call: the episode was an
+    engine failure, retried with back-offs, and its healthy engine was marked dead."""
+    async def main():
+        engine, buffer, worker = _setup(tiny_model_path, alpha=0, delay=0.0,
+                                        env="tests.rollout.test_worker_failures:ArraySuccess")
+        return await worker._episode(Ticket("g0", "count", 1, 2, 0), 0), worker
+
+    traj, worker = asyncio.run(main())
+    assert traj.status == "env_failed"
+    assert "step: info['success'] must be a bool, got ndarray" in traj.error
+    assert worker.counters["engine_failures"] == 0 and worker.counters["env_failures"] == 4

@@ -53,3 +53,15 @@ def test_a_new_run_will_not_take_over_a_run_dir_with_checkpoints(tmp_path):
         resolve_run_dir(cfg)
     cfg.trainer.resume = True
     assert resolve_run_dir(cfg) == tmp_path / "base"
+
+
+def test_a_resume_of_a_run_without_a_checkpoint_is_refused_before_anything_starts(tmp_path):
+    """`trainer.resume=true run_name=<typo>` was refused only once Ray, the engines and the
+    trainer had started (minutes with vLLM)."""
+    cfg = Config(output_dir=str(tmp_path), run_name="base")
+    cfg.trainer.resume = True
+    with pytest.raises(FileNotFoundError, match=r"trainer.resume=true but .*base/checkpoints has no complete "
+                                                r"checkpoint; check run_name"):
+        resolve_run_dir(cfg)
+    save_checkpoint(tmp_path / "base" / "checkpoints", 5, {"w": torch.zeros(1)}, {}, {"buffer": {}})
+    assert resolve_run_dir(cfg) == tmp_path / "base"
