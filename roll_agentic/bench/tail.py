@@ -47,10 +47,12 @@ def _rollout_steps(buffer_cls, buffer_args, task, model_path, engine, steps: int
     p0 = buffer_args[1]
     times, batches = [], []
     ray.get(buffer.get_batch.remote(p0, 0))  # warm-up step, not measured: actor and engine start-up
-    for step in range(1, steps + 1):
+    for _ in range(steps):
         t0 = time.perf_counter()
-        ray.get(buffer.advance.remote(step))
-        batch = ray.get(buffer.get_batch.remote(p0, 0))  # weights never change: version 0 throughout
+        # Weights never change: version 0 throughout (a round of a later version would
+        # take the engine's v0 turns for stale ones).
+        ray.get(buffer.advance.remote(0))
+        batch = ray.get(buffer.get_batch.remote(p0, 0))
         times.append(time.perf_counter() - t0)
         batches.append(batch)
     metrics = ray.get(buffer.metrics.remote())

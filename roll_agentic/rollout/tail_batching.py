@@ -155,6 +155,11 @@ class TailBatchingBuffer(TrajectoryBuffer):
             return
         ticket = self._tickets[traj.group_id]
         ok = [t for t in members if t.status == "ok"]
+        if traj.status == "ok" and traj.min_version < ticket.issued_version:
+            # Sampled, at least in part, with weights older than its round's (an engine that
+            # missed a weight sync): alpha is 0 here, so it is stale, never trained as fresh.
+            traj.status = "stale"
+            traj.error = f"turns on weights v{traj.min_version} in a round of v{ticket.issued_version}"
         if traj.status != "ok":
             self._failed(traj)
             self.counters.trajectories_dropped += 1

@@ -6,8 +6,9 @@ from roll_agentic.rollout.tail_batching import TailBatchingBuffer
 from roll_agentic.rollout.trajectory import Trajectory
 
 
-def _traj(ticket, i, status="ok"):
-    return Trajectory(f"{ticket.group_id}-{i}", ticket.group_id, ticket.task, ticket.seed, 0,
+def _traj(ticket, i, status="ok", version=None):
+    version = ticket.issued_version if version is None else version
+    return Trajectory(f"{ticket.group_id}-{i}", ticket.group_id, ticket.task, ticket.seed, version,
                       token_ids=[1, 2], loss_mask=[0, 1], logprobs=[0.0, -1.0], reward=float(i % 2), status=status)
 
 
@@ -309,4 +310,24 @@ def test_a_prompt_that_never_fits_is_replaced_not_rolled_for_ever():
         [fresh] = await buf.next_tickets(1)
         assert fresh.seed != 12 and fresh.keep == 2
         assert buf.export_state()["long_queue"] == [["a", 11], ["a", fresh.seed]]
+    asyncio.run(main())
+
+
+def test_episodes_on_weights_older_than_their_round_are_stale_not_trained():
+    """An engine that missed a weight sync serves the round's prompts with older weights:
+    those episodes were trained as fresh (alpha is 0 here). They are counted stale and
+    the prompt is rolled again."""
+    async def main():
+        buf = TailBatchingBuffer([TaskShare("a", 1.0, 2)], groups_per_step=1, eta=1.0)
+        await _drain_tickets(buf)
+        await buf.advance(3)
+        (ticket,) = await _drain_tickets(buf)
+        assert ticket.issued_version == 3
+        await buf.put_many([_traj(ticket, i, version=1) for i in range(2)])
+        assert not buf._ready and buf.failures == {"stale": 2}
+        (again,) = await _drain_tickets(buf)  # the same prompt, rolled again
+        assert (again.task, again.seed) == (ticket.task, ticket.seed)
+        await buf.put_many([_traj(again, i) for i in range(2)])
+        batch = await buf.get_batch(1, 3)
+        assert [t.min_version for t in batch[0]] == [3, 3]
     asyncio.run(main())
