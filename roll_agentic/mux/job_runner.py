@@ -295,14 +295,16 @@ class JobRunner:
     async def train(self, node: str, probe: bool = False, park: bool = False) -> dict:
         """One optimizer step under the trainer permit; returns the switch record."""
         kind = "probe-train" if probe else "train"
-        slot = self.slots[node]
         self.record.phase = f"waiting {kind}"
         async with self._hold(kind, [node]) as wait_s:
             if self.rollback_reason and not probe:
                 return await self._roll_back(node)
+            # Looked up once the node is ours: the trainer may have been replaced while we waited.
+            slot = self.slots[node]
             self.record.phase = kind
             t0 = time.perf_counter()
             waiting_on = "trainer"  # or "buffer": only the trainer's silence or death is the node's
+            before = self.version
             try:
                 # Like a rollout, a train phase that runs past its limit fails its job and
                 # lets go of the node: a wedged trainer used to hold it, and every job
@@ -335,9 +337,12 @@ class JobRunner:
                        "did not answer" if isinstance(err, TimeoutError)
                        else f"{kind} phase on {node}: {what}'s process died ({type(err).__name__})")
                 if waiting_on == "trainer" and self.on_trainer_lost is not None:
-                    # Shielded: this job cancelled meanwhile must not leave the node half restarted.
-                    await asyncio.shield(self.on_trainer_lost(node, self.name, why))
-                if not (self.rollback_reason and not probe):
+                    await self._trainer_lost(node, why)
+                if waiting_on == "trainer" and self.version > before and self.checkpointed_at_version():
+                    # Lost after the step's checkpoint was complete: nothing of it was lost, the
+                    # step ends as one (a roll-back to it dropped its metrics and step end).
+                    self.rollback_reason, self.state_node = "", None  # in its checkpoint only
+                elif not (self.rollback_reason and not probe):
                     if self.rollbacks:
                         why += f"; rolled back {len(self.record.rollbacks)}x already (max_rollbacks={self.max_rollbacks})"
                     raise JobFailed(f"{why} (its checkpoints stay in its run directory)") from None
@@ -352,6 +357,21 @@ class JobRunner:
                             "switch_kind": record["kind"]})
         self._train_m = train_m
         return record
+
+    async def _trainer_lost(self, node: str, why: str) -> None:
+        """The node gets a new trainer (`on_trainer_lost`), this job holding it meanwhile.
+
+        Shielded: this job cancelled meanwhile must not leave the node half restarted;
+        and it keeps the node until the restart is done, or the next job's phase would
+        reach the new trainer before that job is registered there or marked to roll back.
+        """
+        restart = asyncio.ensure_future(self.on_trainer_lost(node, self.name, why))
+        try:
+            await asyncio.shield(restart)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(restart)
+            raise
 
     @property
     def rollbacks(self) -> int:
@@ -370,6 +390,7 @@ class JobRunner:
         why, self.rollback_reason = self.rollback_reason, ""
         self.record.phase = "rolling back"
         was = self.version
+        waiting_on = "trainer"  # or "buffer", as in a train phase
         try:
             async with asyncio.timeout(self.phase_timeout_s):
                 ckpt = latest_checkpoint(self.run_dir / "checkpoints")
@@ -381,6 +402,7 @@ class JobRunner:
                 self.state_node = node
                 if to:
                     await slot.write_weights.remote(self.name, self._weights_path(to))
+                waiting_on = "buffer"
                 self._kill_workers()  # the next rollout builds them again over the new buffer
                 with contextlib.suppress(Exception):
                     ray.kill(self.buffer)
@@ -389,6 +411,12 @@ class JobRunner:
                     await self.buffer.import_state.remote(run_state["buffer"])
                 await pin_actors([self.buffer], self.rollout_cpus)
         except (TimeoutError, ray.exceptions.RayActorError) as err:
+            if waiting_on == "trainer" and self.on_trainer_lost is not None:
+                # The new trainer is wedged or dead too: the node gets another one (and the
+                # jobs that trained on this one since roll back), as after a train phase.
+                await self._trainer_lost(node, f"rolling back on {node}: its trainer did not answer "
+                                               f"({type(err).__name__})")
+                self.rollback_reason = ""  # this job fails: it found the trainer lost in its roll-back
             raise JobFailed(f"rolling back to its last checkpoint failed ({type(err).__name__}) after: {why} "
                             "(its checkpoints stay in its run directory)") from None
         for p in self.weights_dir.glob("weights_v*.safetensors"):  # files of the steps rolled back

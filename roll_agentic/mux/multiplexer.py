@@ -128,6 +128,10 @@ class Multiplexer:
                     await new.reserve.remote(name, int(rec.profile["state_bytes"]))
             except Exception as err:  # noqa: BLE001 - that job cannot train there; the others go on
                 reason = f"the new trainer refused it: {type(err).__name__}: {err}"
+            if rec.state.final:  # it ended meanwhile: its release may have been served before these
+                with contextlib.suppress(Exception):
+                    await new.release.remote(name)
+                continue
             lost = name == job or (runner.state_node == node and not runner.checkpointed_at_version())
             if lost and not reason:
                 if runner.rollbacks < self.m.max_rollbacks:

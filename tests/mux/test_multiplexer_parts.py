@@ -439,3 +439,217 @@ def test_a_dead_buffer_in_a_train_phase_is_not_taken_for_a_dead_trainer(tmp_path
 
     message = asyncio.run(main())
     assert "its trajectory buffer's process died" in message and lost == []
+
+
+class _TrainSlot(_FakeSlot):
+    """A trainer slot that answers a train phase's calls (switch-in, step, weights write)."""
+
+    def __init__(self, dead: bool = False):
+        super().__init__()
+        self.dead = dead
+
+    def __getattr__(self, name: str) -> _Call:
+        from roll_agentic.mux.trainer_slot import SwitchRecord
+
+        call = _Call(self.calls, name)
+        answers = {"switch_in": SwitchRecord("j", "cold", 0.0, 0.0), "train": {"train/loss": 0.0},
+                   "write_weights": 0.0}
+
+        def remote(*args):
+            self.calls.append((name, args))
+            f = asyncio.get_running_loop().create_future()
+            if self.dead:
+                import ray.exceptions
+
+                f.set_exception(ray.exceptions.ActorDiedError())
+            else:
+                f.set_result(answers.get(name, True))
+            return f
+
+        call.remote = remote
+        return call
+
+
+def _train_runner(tmp_path, monkeypatch, slots: dict, board: PhaseBoard, on_lost=None, name: str = "j"):
+    from roll_agentic.mux import job_runner
+    from roll_agentic.mux.job_runner import JobRunner
+
+    cfg = Config()
+    cfg.trainer.save_every, cfg.trainer.total_steps, cfg.output_dir, cfg.run_name = 100, 10, str(tmp_path), name
+    monkeypatch.setattr(job_runner, "samples_from_groups", lambda groups, eps: [])
+    runner = JobRunner(cfg, JobRecord(name, 2.0, 10), board, {}, slots, 5.0, on_trainer_lost=on_lost,
+                       max_rollbacks=2)
+    runner._groups = []
+    return runner
+
+
+def test_a_train_phase_queued_while_its_trainer_is_replaced_uses_the_new_one(tmp_path, monkeypatch):
+    """A job waiting for the train permit while the job ahead found the trainer wedged (the
+    usual case: round robin queues it there) called the killed trainer it had looked up
+    before its turn, took it for dead too and replaced the healthy new one, rolling back."""
+    old, new = _TrainSlot(dead=True), _TrainSlot()
+    slots = {"t": old}
+    lost: list = []
+
+    async def on_lost(*args):
+        lost.append(args)
+
+    async def main() -> None:
+        board = _board()
+        runner = _train_runner(tmp_path, monkeypatch, slots, board, on_lost)
+        async with board.hold("other", "train", ["t"]):
+            phase = asyncio.ensure_future(runner.train("t"))
+            await asyncio.sleep(0.01)  # queued behind "other"
+            slots["t"] = new  # "other" found the trainer wedged: the node has a new one
+        await phase
+
+    asyncio.run(main())
+    assert lost == [] and [c for c, _ in new.calls] == ["switch_in", "train", "write_weights"]
+    assert old.calls == []
+
+
+def test_a_trainer_that_dies_in_a_roll_back_is_replaced_too(tmp_path, monkeypatch):
+    """The new trainer dying (or wedging) while a job rolls back on it failed that job and
+    left the node with the dead trainer: the jobs whose state it held since were not rolled
+    back, and a wedged one held the next job for a whole phase_timeout_s again."""
+    from roll_agentic.mux.job_runner import JobFailed
+
+    slots = {"t": _TrainSlot(dead=True)}
+    lost: list = []
+
+    async def on_lost(*args):
+        lost.append(args)
+
+    async def main() -> str:
+        runner = _train_runner(tmp_path, monkeypatch, slots, _board(), on_lost)
+        runner.version, runner.rollback_reason = 3, "its trainer on t was restarted (x: wedged)"
+        with pytest.raises(JobFailed) as err:
+            await runner.train("t")
+        return str(err.value)
+
+    message = asyncio.run(main())
+    assert "rolling back to its last checkpoint failed (ActorDiedError)" in message
+    assert [(n, j) for n, j, _ in lost] == [("t", "j")] and "rolling back" in lost[0][2]
+
+
+def test_a_job_cancelled_while_its_trainer_is_replaced_holds_the_node_until_it_is(tmp_path, monkeypatch):
+    """The restart is shielded from the finder's cancel, but the finder's permit was not: the
+    next job's train phase reached the new trainer before it had registered that job (which
+    failed it) or marked the jobs whose state died for a roll-back."""
+    slots = {"t": _TrainSlot(dead=True)}
+    events: list = []
+
+    async def on_lost(node, job, why):
+        await asyncio.sleep(0.1)  # the new trainer starting; jobs registered on it
+        events.append("restarted")
+
+    async def main() -> None:
+        board = _board()
+        runner = _train_runner(tmp_path, monkeypatch, slots, board, on_lost)
+        phase = asyncio.ensure_future(runner.train("t"))
+        await asyncio.sleep(0.02)  # in the restart
+        phase.cancel()
+        async with board.hold("next", "train", ["t"]):
+            events.append("next train")
+        with pytest.raises(asyncio.CancelledError):
+            await phase
+
+    asyncio.run(main())
+    assert events == ["restarted", "next train"]
+
+
+def test_a_job_that_ends_while_its_trainer_is_replaced_holds_no_reservation_there(monkeypatch, tmp_path):
+    """A job on another node that ended while `_trainer_lost` registered it on the new trainer
+    had its release (its `_leave`) served between the registration and the reservation: its
+    host memory stayed reserved on the node for the multiplexer's life, failing later jobs."""
+    from types import SimpleNamespace
+
+    from roll_agentic.mux import multiplexer as mux_mod
+
+    monkeypatch.setattr(mux_mod.ray, "kill", lambda *a, **k: None)
+    mux = mux_mod.Multiplexer(MuxConfig(name="t"), str(tmp_path), "unused")
+    rec = JobRecord("ending", 2.0, 10, state=JobState.RUNNING, nodes=["rollout0", "train0"],
+                    profile={"state_bytes": 100.0})
+    mux.records["ending"] = rec
+    mux.runners["ending"] = SimpleNamespace(slot_args=("model", "cfg"), state_node=None, rollbacks=0,
+                                            checkpointed_at_version=lambda: True, rollback_reason="")
+
+    class Slot(_FakeSlot):
+        held: set = set()
+
+        def __getattr__(self, name: str) -> _Call:
+            call = _Call(self.calls, name)
+            inner = call.remote
+
+            def remote(*args):
+                if name == "reserve":
+                    self.held.add(args[0])
+                elif name == "release":
+                    self.held.discard(args[0])
+                elif name == "register":  # the job ends meanwhile; its release is served next
+                    rec.state = JobState.DONE
+                    self.held.discard(args[0])
+                return inner(*args)
+
+            call.remote = remote
+            return call
+
+    fresh = Slot()
+    monkeypatch.setattr(mux, "_new_slot", lambda name: fresh)
+    mux.slots = {"train0": _FakeSlot()}
+    asyncio.run(mux._trainer_lost("train0", "other", "train phase on train0: its trainer's process died"))
+    assert fresh.held == set()
+
+
+def test_a_step_whose_checkpoint_was_saved_before_its_trainer_died_is_kept(tmp_path, monkeypatch):
+    """The trainer killed after the step's checkpoint was complete (ckpt_kill before_prune):
+    the job "rolled back" to that same step, dropping the step's metrics and its step end
+    (its metrics.jsonl then lacked the step and step_ends ran one short for good). Nothing
+    of it was lost: the step ends as one, and the next switches in cold from the checkpoint."""
+    import json
+
+    class Slot(_TrainSlot):
+        def __getattr__(self, name: str) -> _Call:
+            call = super().__getattr__(name)
+            if name == "checkpoint":
+                def remote(job, version, run_state, keep):
+                    import ray.exceptions
+
+                    root = tmp_path / "j" / "checkpoints"
+                    (root / f"step_{version:06d}").mkdir(parents=True)
+                    (root / f"step_{version:06d}" / "run.json").write_text(json.dumps({"step": version, **run_state}))
+                    (root / "latest").write_text(f"step_{version:06d}")
+                    f = asyncio.get_running_loop().create_future()
+                    f.set_exception(ray.exceptions.ActorDiedError())  # killed before its answer
+                    return f
+                call.remote = remote
+            return call
+
+    class Buffer:
+        class export_state:  # noqa: N801 - stands for the actor method
+            @staticmethod
+            def remote(*_state):
+                f = asyncio.get_running_loop().create_future()
+                f.set_result({"version": 0, "steps_taken": 0})
+                return f
+
+        import_state = export_state
+
+    slots = {"t": Slot()}
+
+    async def main():
+        runner = _train_runner(tmp_path, monkeypatch, slots, _board())
+
+        async def on_lost(node, job, why):  # what the multiplexer does for the job that found it
+            slots[node] = _TrainSlot()
+            runner.rollback_reason = f"its trainer on {node} was restarted ({job}: {why})"
+
+        runner.on_trainer_lost, runner.buffer = on_lost, Buffer()
+        runner.cfg.trainer.save_every = 1
+        monkeypatch.setattr(runner, "_new_buffer", Buffer)
+        await runner.train("t")
+        return runner
+
+    runner = asyncio.run(main())
+    assert runner.version == runner.record.step == 1 and len(runner.record.step_ends) == 1
+    assert runner.record.rollbacks == [] and not runner._rolled_back and runner.rollback_reason == ""
