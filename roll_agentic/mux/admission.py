@@ -64,7 +64,7 @@ def refusal(cfg: Config, model_path: str, pool_model_path: str, m: MuxConfig) ->
                 "weights its last train phase wrote, and no ticket may stay open across another job's phase")
     if cfg.trainer.num_workers != 1 or cfg.trainer.resources:
         return "trainer.num_workers must be 1: a training node here is one trainer process"
-    problem = task_problem(cfg.tasks, cfg.reward.mode)
+    problem = task_problem(cfg.tasks, cfg.reward.mode, cfg.rollout.env_step_timeout_s)
     if problem:
         return problem
     if architecture(model_path) != architecture(pool_model_path):

@@ -176,7 +176,9 @@ class Multiplexer:
         self.records[spec.name] = rec
         try:  # a job that cannot start is refused with the reason, never left "profiling"
             model_path = resolve_model_path(cfg)
-            why = admission.refusal(cfg, model_path, self.pool_model_path, self.m)
+            # Off the loop: the check builds, resets and steps each task's env and scores a turn,
+            # which may take up to env_step_timeout_s; status calls must not wait on it.
+            why = await asyncio.to_thread(admission.refusal, cfg, model_path, self.pool_model_path, self.m)
         except Exception as err:  # noqa: BLE001 - the job's own problem, e.g. no model at model.path
             model_path, why = "", f"{type(err).__name__}: {err}"
         if why:
