@@ -225,11 +225,13 @@ class RolloutWorker:
         # run on the loop (a simulator or container starting) stalled every episode of the
         # worker, and one that hung stalled them for ever. A failure is an EnvFailure (no back-off).
         try:
-            return await self._env_call(make_text_env, task.env_id, task.env_kwargs)
+            # Its own kind per env: hung constructors of one env must not refuse the others'.
+            return await self._env_call(make_text_env, task.env_id, task.env_kwargs,
+                                        call_kind=f"make_text_env({task.env_id})")
         except EnvFailure as err:  # an env's own constructor error need not name the env
             raise EnvFailure(f"{err} (env_id {task.env_id!r})") from err
 
-    async def _env_call(self, fn, *args, **kwargs):
+    async def _env_call(self, fn, *args, call_kind: str = "", **kwargs):
         # One executor future and one timer per call, not wait_for(to_thread(...)):
         # that wraps each call in an extra task and context copy, and with 64
         # episodes stepping at once the event loop's share of a hop went from
@@ -240,7 +242,7 @@ class RolloutWorker:
         if self._env_executor is None:
             self._env_executor = ElasticExecutor(loop, max_threads=ENV_THREADS)
         executor = self._env_executor
-        kind = getattr(fn, "__qualname__", "")  # e.g. FrozenLakeText.step
+        kind = call_kind or getattr(fn, "__qualname__", "")  # e.g. FrozenLakeText.step
         if executor.abandoned >= MAX_STUCK_ENV_THREADS and (stuck := executor.abandoned_kinds().get(kind)):
             raise EnvFailure(f"env call {kind} not made: {stuck} of its calls never returned after their "
                              f"{self.env_step_timeout_s}s limit and still hold a thread each (threads cannot be "

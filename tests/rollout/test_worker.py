@@ -1,8 +1,10 @@
 import asyncio
+import functools
 import threading
 import time
 
 import gymnasium as gym
+import pytest
 
 from roll_agentic.config import EngineConfig, RewardConfig, TaskConfig
 from roll_agentic.engine.host import EngineHost
@@ -233,6 +235,37 @@ def test_an_episode_aborted_while_its_env_call_hangs_frees_the_thread():
     try:
         executor = asyncio.run(main())
         assert executor.abandoned == 1 and executor._threads == 0  # the next call gets a thread
+    finally:
+        gate.set()
+
+
+def test_hung_constructors_of_one_env_do_not_refuse_another_envs(monkeypatch):
+    """Envs are built through one function (`make_text_env`): stuck calls counted by function
+    name let one env's hung constructors refuse every other env's construction."""
+    import types
+
+    import roll_agentic.rollout.worker as worker_mod
+    from roll_agentic.rollout.worker import EnvFailure
+
+    monkeypatch.setattr(worker_mod, "MAX_STUCK_ENV_THREADS", 1)
+    gate = threading.Event()
+
+    def make(env_id):
+        if env_id == "hangs":
+            gate.wait()
+        return env_id
+
+    async def main():
+        worker = types.SimpleNamespace(_env_executor=None, env_step_timeout_s=0.1, _stuck_env_warned=set())
+        build = functools.partial(RolloutWorker._env_call, worker, make)
+        with pytest.raises(EnvFailure, match="exceeded 0.1s"):
+            await build("hangs", call_kind="make(hangs)")
+        with pytest.raises(EnvFailure, match="not made"):  # past the bound: refused at once
+            await build("hangs", call_kind="make(hangs)")
+        return await build("fine", call_kind="make(fine)")
+
+    try:
+        assert asyncio.run(main()) == "fine"
     finally:
         gate.set()
 
