@@ -343,8 +343,8 @@ class JobRunner:
                     # step ends as one (a roll-back to it dropped its metrics and step end).
                     self.rollback_reason, self.state_node = "", None  # in its checkpoint only
                 elif not (self.rollback_reason and not probe):
-                    if self.rollbacks:
-                        why += f"; rolled back {len(self.record.rollbacks)}x already (max_rollbacks={self.max_rollbacks})"
+                    if waiting_on == "trainer" and not probe and self.rollbacks >= self.max_rollbacks:
+                        why += f"; rolled back {self.rollbacks}x already (max_rollbacks={self.max_rollbacks})"
                     raise JobFailed(f"{why} (its checkpoints stay in its run directory)") from None
             if self.rollback_reason and not probe:  # the node has a new trainer: go on from the checkpoint
                 return await self._roll_back(node)

@@ -115,7 +115,11 @@ class Multiplexer:
             ray.kill(self.slots[node], no_restart=True)
         new = self.slots[node] = self._new_slot(node)
         self.trainer_restarts[node] = self.trainer_restarts.get(node, 0) + 1
-        await asyncio.wait_for(new.ping.remote(), NEW_TRAINER_WAIT_S)
+        try:
+            await asyncio.wait_for(new.ping.remote(), NEW_TRAINER_WAIT_S)
+        except TimeoutError:  # said as such: the job that asked failed with a bare "TimeoutError: "
+            raise RuntimeError(f"the new trainer process on {node} did not start within {NEW_TRAINER_WAIT_S:.0f}s "
+                               f"(after: {why})") from None
         await pin_actors([new], self.m.train_cpus)
         for name, runner in list(self.runners.items()):
             rec = self.records[name]

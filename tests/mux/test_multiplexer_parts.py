@@ -354,6 +354,27 @@ def test_a_lost_trainer_is_replaced_and_jobs_whose_state_it_held_roll_back(monke
     assert sorted(reserved) == ["lost", "lost_again", "saved", "wedged"]  # the jobs placed there
 
 
+def test_a_new_trainer_that_never_starts_is_named_not_a_bare_timeout(monkeypatch, tmp_path):
+    """The replacement's ping past NEW_TRAINER_WAIT_S failed the job with "TimeoutError: "."""
+    from roll_agentic.mux import multiplexer as mux_mod
+
+    class Silent(_FakeSlot):
+        def __getattr__(self, name: str) -> _Call:
+            call = _Call(self.calls, name)
+            if name == "ping":
+                call.remote = lambda *a: asyncio.get_running_loop().create_future()  # never answers
+            return call
+
+    monkeypatch.setattr(mux_mod.ray, "kill", lambda *a, **k: None)
+    monkeypatch.setattr(mux_mod, "NEW_TRAINER_WAIT_S", 0.05)
+    mux = mux_mod.Multiplexer(MuxConfig(name="t"), str(tmp_path), "unused")
+    monkeypatch.setattr(mux, "_new_slot", lambda name: Silent())
+    mux.slots = {"train0": _FakeSlot()}
+    with pytest.raises(RuntimeError, match="the new trainer process on train0 did not start within 0s "
+                                           r"\(after: train phase exceeded"):
+        asyncio.run(mux._trainer_lost("train0", "j", "train phase exceeded phase_timeout_s=20.0 on train0"))
+
+
 def test_max_rollbacks_is_checked_at_the_edge(tmp_path):
     """0 keeps the earlier behaviour (a job whose state was lost fails); below 0 is refused."""
     from roll_agentic.config import ConfigError
