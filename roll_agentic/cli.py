@@ -33,7 +33,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     try:
         result = train(cfg)
-    except (FileNotFoundError, RuntimeError, ValueError) as err:
+    except (OSError, RuntimeError, ValueError) as err:  # OSError: an unwritable output_dir, a missing file
         print(f"error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # during start-up: once training runs, Ctrl-C saves a checkpoint first
@@ -45,7 +45,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_model_tiny(args: argparse.Namespace) -> int:
     from roll_agentic.model.tiny import build_tiny_model, ensure_tiny_model
 
-    path = build_tiny_model(args.out, seed=args.seed) if args.force else ensure_tiny_model(args.out)
+    try:
+        path = build_tiny_model(args.out, seed=args.seed) if args.force else ensure_tiny_model(args.out, args.seed)
+    except OSError as err:  # an unwritable --out, or a file in its place
+        print(f"error: cannot write the tiny model to {args.out}: {err}", file=sys.stderr)
+        return 1
     print(f"tiny model written to {path}")
     return 0
 
@@ -59,6 +63,9 @@ def _cmd_env_check(args: argparse.Namespace) -> int:
         kwargs = json.loads(args.kwargs) if args.kwargs else {}
     except json.JSONDecodeError as err:
         print(f"--kwargs must be a JSON object: {err}", file=sys.stderr)
+        return 2
+    if not isinstance(kwargs, dict):
+        print(f"--kwargs must be a JSON object, got {args.kwargs}", file=sys.stderr)
         return 2
     results = check_env(args.env_id, kwargs, seed=args.seed)
     for r in results:
@@ -148,7 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     # them all, for the list of choices.
     parser = build_parser(only=command if command in (*OPTIONAL_COMMANDS, *CORE_COMMANDS) else None)
     args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C in a command that has no handler of its own: no traceback
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import socket
 
 import ray
 
@@ -54,6 +55,21 @@ def freeze_startup_heap(only_in_actor: bool = True) -> None:
     gc.freeze()
 
 
+def _reachable(address: str) -> None:
+    """Raises RuntimeError, in one line, if nothing listens at a host:port `ray.address`.
+
+    Ray itself retried a wrong address for minutes, printing a warning every few seconds."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto", or a form Ray resolves itself
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
+            pass
+    except OSError as err:
+        raise RuntimeError(f"ray.address={address}: nothing answers there ({err}); start the cluster "
+                           "first, or leave ray.address empty for a local Ray") from None
+
+
 def init_ray(cfg: RayConfig) -> bool:
     """Initialises Ray unless it already is; returns True if this call started it."""
     if ray.is_initialized():
@@ -61,6 +77,7 @@ def init_ray(cfg: RayConfig) -> bool:
     quiet_libraries()
     runtime_env = {"env_vars": dict(QUIET_ENV, PYTHONWARNINGS="ignore")}
     if cfg.address:
+        _reachable(cfg.address)
         ray.init(address=cfg.address, runtime_env=runtime_env, logging_level=logging.WARNING,
                  log_to_driver=True)
         return True

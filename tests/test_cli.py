@@ -58,3 +58,149 @@ def test_a_broken_optional_command_leaves_the_others_usable(monkeypatch, capsys)
     monkeypatch.setitem(cli.OPTIONAL_COMMANDS, "sim", "tests.no_such_module_here.cli")
     assert cli.main(["sim"]) == 1
     assert "unavailable: ModuleNotFoundError" in capsys.readouterr().err
+
+
+def test_ctrl_c_in_a_command_without_its_own_handler_is_one_line_and_130(monkeypatch, capsys):
+    """Before, Ctrl-C during `model tiny` (or `env check`, `mux status` ...) printed a traceback."""
+    from roll_agentic.model import tiny
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tiny, "ensure_tiny_model", interrupted)
+    assert main(["model", "tiny"]) == 130
+    assert capsys.readouterr().err.strip().splitlines() == ["interrupted"]
+
+
+def test_model_tiny_where_it_cannot_be_written_is_one_line(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("")
+    assert main(["model", "tiny", "--out", str(tmp_path / "a_file" / "model")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: cannot write the tiny model to ")
+
+
+def _fake_build(calls):
+    import json
+
+    def build(out, seed=0, **_k):
+        out.mkdir(parents=True)
+        (out / "roll_agentic_tiny.json").write_text(json.dumps({"version": 2, "seed": seed}))
+        calls.append(seed)
+        return out
+
+    return build
+
+
+def test_model_tiny_rebuilds_a_torn_marker_and_honours_seed(monkeypatch, tmp_path, capsys):
+    """A torn marker file was a JSONDecodeError traceback; `--seed` without --force was ignored."""
+    import json
+
+    from roll_agentic.model import tiny
+
+    calls = []
+    monkeypatch.setattr(tiny, "build_tiny_model", _fake_build(calls))
+    out = tmp_path / "tiny"
+    out.mkdir()
+    (out / "roll_agentic_tiny.json").write_text('{"vers')  # killed while writing it
+    assert main(["model", "tiny", "--out", str(out)]) == 0
+    assert main(["model", "tiny", "--out", str(out)]) == 0  # up to date: not rebuilt
+    assert main(["model", "tiny", "--out", str(out), "--seed", "5"]) == 0
+    assert calls == [0, 5]
+    assert json.loads((out / "roll_agentic_tiny.json").read_text())["seed"] == 5
+    assert tiny.ensure_tiny_model(out) == out and calls == [0, 5]  # callers naming no seed take any
+
+
+def test_mux_status_with_a_torn_address_file_is_one_line(tmp_path, capsys):
+    path = tmp_path / "current.json"
+    path.write_text('{"address": "127.0')
+    assert main(["mux", "status", "--address-file", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: no running multiplexer:")
+
+
+def test_mux_status_when_ray_is_up_but_the_multiplexer_is_not_is_one_line(monkeypatch, tmp_path, capsys):
+    """A stale address file whose Ray still runs (another job's, or the multiplexer alone died):
+    ray.get_actor's ValueError was a traceback."""
+    import json
+
+    import ray
+
+    from roll_agentic.mux import session
+
+    def no_actor(name, namespace=None):
+        raise ValueError(f"Failed to look up actor with name '{name}'.")
+
+    monkeypatch.setattr(session, "_gone", lambda info: "")
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "get_actor", no_actor)
+    path = tmp_path / "current.json"
+    path.write_text(json.dumps({"address": "127.0.0.1:6379", "namespace": "ns", "actor": "mux", "pid": 1}))
+    for cmd in (["status"], ["cancel", "job"]):
+        assert main(["mux", *cmd, "--address-file", str(path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: no running multiplexer:"), err
+
+
+def test_mux_commands_when_the_multiplexer_dies_while_answering_are_one_line(monkeypatch, tmp_path, capsys):
+    import ray
+
+    from roll_agentic.mux import session
+
+    class Method:
+        def remote(self, *_a):
+            return "ref"
+
+    class Handle:
+        status = cancel = submit = Method()
+
+    def died(*_a, **_k):
+        raise ray.exceptions.ActorDiedError()
+
+    monkeypatch.setattr(session, "connect", lambda path: Handle())
+    monkeypatch.setattr(ray, "get", died)
+    job = tmp_path / "job.yaml"
+    job.write_text("name: j\noverrides: []\n")
+    for cmd in (["status"], ["cancel", "j"], ["submit", str(job)]):
+        assert main(["mux", *cmd, "--address-file", str(tmp_path / "current.json")]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "the multiplexer died while answering" in err[0], err
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan"])
+def test_mux_run_refuses_a_status_interval_it_cannot_sleep(value, capsys):
+    """`--serve --status-every -1` started Ray and the pools, then died on time.sleep(-1)."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["mux", "run", "no_such_mux.yaml", "--serve", "--status-every", value])
+    assert exit_.value.code == 2
+    assert "--status-every: must be a number above 0" in capsys.readouterr().err
+
+
+def test_mux_run_into_an_unwritable_output_dir_is_one_line(monkeypatch, tmp_path, capsys):
+    """Before: a NotADirectoryError traceback, raised again by the clean-up (so Ray was not shut down)."""
+    from roll_agentic import cluster
+    from roll_agentic.mux import session
+
+    def start(m, run_dir):  # as the real one: the run folder first
+        run_dir.mkdir(parents=True, exist_ok=True)
+        raise AssertionError("not reached")
+
+    monkeypatch.setattr(cluster, "init_ray", lambda cfg: False)
+    monkeypatch.setattr(session, "start_multiplexer", start)
+    (tmp_path / "a_file").write_text("")
+    yaml = tmp_path / "mux.yaml"
+    yaml.write_text(f"name: t\noutput_dir: {tmp_path / 'a_file' / 'out'}\njobs: []\n")
+    assert main(["mux", "run", str(yaml), "--no-solo", "--quiet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "Not a directory" in err[0], err
+
+
+def test_env_check_kwargs_that_are_not_an_object_are_one_line(capsys):
+    assert main(["env", "check", "CliffWalking-v1", "--kwargs", "[1]"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["--kwargs must be a JSON object, got [1]"]
+
+
+def test_train_into_an_unwritable_output_dir_is_one_line(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("")
+    assert main(["train", f"output_dir={tmp_path / 'a_file' / 'out'}", "trainer.total_steps=1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "Not a directory" in err[0], err

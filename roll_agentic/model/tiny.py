@@ -89,14 +89,18 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, hidden_size: int = 128,
     return out
 
 
-def ensure_tiny_model(out_dir: str | Path) -> Path:
-    """Builds the tiny model unless an up-to-date one is already there."""
+def ensure_tiny_model(out_dir: str | Path, seed: int | None = None) -> Path:
+    """Builds the tiny model unless an up-to-date one (of `seed`, if given) is already there."""
     out = Path(out_dir)
     marker = out / "roll_agentic_tiny.json"
-    if marker.exists() and json.loads(marker.read_text()).get("version") == TINY_VERSION:
+    try:
+        made = json.loads(marker.read_text()) if marker.exists() else {}
+    except (OSError, ValueError):  # a torn or foreign marker: rebuild
+        made = {}
+    if isinstance(made, dict) and made.get("version") == TINY_VERSION and seed in (None, made.get("seed")):
         return out
     tmp = out.with_name(out.name + ".tmp")
-    build_tiny_model(tmp)
+    build_tiny_model(tmp, seed=0 if seed is None else seed)
     if out.exists():
         import shutil
         shutil.rmtree(out)

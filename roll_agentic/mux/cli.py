@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from roll_agentic.arg_types import positive
+
 RUN_EPILOG = """\
 the yaml names the pools and the jobs (see conf/mux/two_tiny.yaml):
   roll-agentic mux run conf/mux/two_tiny.yaml             # solo baseline, then multiplexed
@@ -41,6 +43,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except OSError as err:  # output_dir not writable, or a file in its way
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -74,6 +79,9 @@ def _cmd_submit(args: argparse.Namespace) -> int:
             print(f"{spec.name}: not submitted: {cause}", file=sys.stderr)
             failed += 1
             continue
+        except ray.exceptions.RayActorError as err:  # the multiplexer died meanwhile
+            print(f"{spec.name}: not submitted: {_died(err)}", file=sys.stderr)
+            return 1
         print(f"{spec.name}: {rec['state']}" + (f" ({rec['reason']})" if rec["reason"] else ""))
     return 1 if failed else 0
 
@@ -90,6 +98,11 @@ def _connect(args: argparse.Namespace):
         return None
 
 
+def _died(err: Exception) -> str:
+    """One line for a multiplexer that died while answering (Ray's message runs to a page)."""
+    return f"the multiplexer died while answering ({type(err).__name__}); start one with `roll-agentic mux run`"
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     import ray
 
@@ -98,7 +111,13 @@ def _cmd_status(args: argparse.Namespace) -> int:
     mux = _connect(args)
     if mux is None:
         return 2
-    snap = ray.get(mux.status.remote())
+    try:
+        snap = ray.get(mux.status.remote())
+    except ray.exceptions.RayTaskError:  # it answered with an error of its own (may wrap a dead actor of its)
+        raise
+    except ray.exceptions.RayActorError as err:
+        print(f"error: {_died(err)}", file=sys.stderr)
+        return 1
     print(json.dumps(snap, indent=1, default=str) if args.json else format_status(snap))
     return 0
 
@@ -106,11 +125,16 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_cancel(args: argparse.Namespace) -> int:
     import ray
 
-
     mux = _connect(args)
     if mux is None:
         return 2
-    ok = ray.get(mux.cancel.remote(args.name))
+    try:
+        ok = ray.get(mux.cancel.remote(args.name))
+    except ray.exceptions.RayTaskError:  # it answered with an error of its own (may wrap a dead actor of its)
+        raise
+    except ray.exceptions.RayActorError as err:
+        print(f"error: {_died(err)}", file=sys.stderr)
+        return 1
     print(f"{args.name}: {'cancelled' if ok else 'not running'}")
     return 0 if ok else 1
 
@@ -130,7 +154,7 @@ def add_parser(subparsers) -> None:
     r.add_argument("config", help="conf/mux/<name>.yaml")
     r.add_argument("--no-solo", action="store_true", help="skip the solo baseline (slowdowns are then taken against each job's profiled solo iteration)")
     r.add_argument("--serve", action="store_true", help="stay up after the listed jobs, for `mux submit` (Ctrl-C ends)")
-    r.add_argument("--status-every", type=float, default=15.0, help="seconds between status prints")
+    r.add_argument("--status-every", type=positive, default=15.0, help="seconds between status prints")
     r.add_argument("--quiet", action="store_true", help="no periodic status")
     r.add_argument("--run-name", default="", help="run dir name under output_dir (default: <name>-<time>)")
     r.set_defaults(func=_cmd_run)

@@ -10,6 +10,7 @@ through the same code in a fresh multiplexer, and the summary compares.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -71,6 +72,7 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
     from roll_agentic.cluster import init_ray
 
     run_dir = Path(m.output_dir) / (run_name or f"{m.name}-{dt.datetime.now():%Y%m%d-%H%M%S}")
+    run_dir.mkdir(parents=True, exist_ok=True)  # an unwritable output_dir fails here, before Ray starts
     started = init_ray(RayConfig(num_cpus=m.ray_num_cpus))
     try:
         solo = None
@@ -106,7 +108,8 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
         print(f"summary: {run_dir / 'mux_summary.json'}  gantt: {run_dir / 'mux_gantt.png'}", flush=True)
         return {"run_dir": str(run_dir), "summary": summary, "status": status}
     finally:
-        address_file(m).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # what failed may be that very folder: Ray still stops
+            address_file(m).unlink(missing_ok=True)
         if started:
             ray.shutdown()
 
@@ -135,7 +138,13 @@ def connect(path: Path):
 
     if not path.exists():
         raise FileNotFoundError(f"no running multiplexer: {path} is missing (start one with `roll-agentic mux run`)")
-    info = json.loads(path.read_text())
+    try:
+        info = json.loads(path.read_text())
+    except ValueError as err:  # torn or not ours
+        raise FileNotFoundError(f"no running multiplexer: {path} is not a multiplexer's address file ({err}); "
+                                "start one with `roll-agentic mux run`") from None
+    if not isinstance(info, dict):
+        raise FileNotFoundError(f"no running multiplexer: {path} is not a multiplexer's address file")
     gone = _gone(info)
     if gone:  # a multiplexer killed without its clean-up left the file: ray.init would retry for minutes
         raise FileNotFoundError(f"no running multiplexer: {path} names one that is gone ({gone}); "
@@ -144,4 +153,8 @@ def connect(path: Path):
     if not ray.is_initialized():
         ray.init(address=info["address"], namespace=info["namespace"], logging_level="WARNING",
                  log_to_driver=False)
-    return ray.get_actor(info["actor"], namespace=info["namespace"])
+    try:
+        return ray.get_actor(info["actor"], namespace=info["namespace"])
+    except (KeyError, ValueError):  # Ray is up, the multiplexer is not (it died, or the file is stale)
+        raise FileNotFoundError(f"no running multiplexer: {path} names {info.get('actor')!r}, which is not "
+                                f"alive at {info.get('address')}; start one with `roll-agentic mux run`") from None

@@ -39,7 +39,13 @@ class MetricsLog:
     def read(self) -> list[dict]:
         if not self.path.exists():
             return []
-        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        rows = []
+        for line in self.path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:  # blank, or torn by a kill mid-write: that step is redone on resume
+                continue
+        return rows
 
     def truncate_after(self, step: int) -> None:
         """On resume: forget steps after the checkpoint (they will be redone)."""
