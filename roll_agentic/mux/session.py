@@ -108,8 +108,12 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
         print(f"summary: {run_dir / 'mux_summary.json'}  gantt: {run_dir / 'mux_gantt.png'}", flush=True)
         return {"run_dir": str(run_dir), "summary": summary, "status": status}
     finally:
-        with contextlib.suppress(OSError):  # what failed may be that very folder: Ray still stops
-            address_file(m).unlink(missing_ok=True)
+        # Only the file this session wrote: a second `mux run` on the same output_dir that
+        # failed early deleted the running multiplexer's, and `mux status` lost it.
+        # (What failed may be that very folder: Ray still stops.)
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(address_file(m).read_text()).get("pid") == os.getpid():
+                address_file(m).unlink()
         if started:
             ray.shutdown()
 

@@ -674,3 +674,30 @@ def test_a_step_whose_checkpoint_was_saved_before_its_trainer_died_is_kept(tmp_p
     runner = asyncio.run(main())
     assert runner.version == runner.record.step == 1 and len(runner.record.step_ends) == 1
     assert runner.record.rollbacks == [] and not runner._rolled_back and runner.rollback_reason == ""
+
+
+def test_a_mux_run_that_fails_early_leaves_the_running_ones_address_file(monkeypatch, tmp_path):
+    """A second `mux run` on the same output_dir deleted the first one's `current.json` on
+    its way out, so `mux status` no longer found the multiplexer that was still running."""
+    import json as json_mod
+    import os
+
+    import roll_agentic.cluster
+    from roll_agentic.mux import session
+
+    m = MuxConfig(name="t", output_dir=str(tmp_path))
+    theirs = {"address": "127.0.0.1:6379", "namespace": "n", "actor": "a", "run_dir": "r", "pid": os.getpid() + 1}
+    session.address_file(m).write_text(json_mod.dumps(theirs))
+
+    def fails(*_a, **_k):
+        raise RuntimeError("no pools today")
+
+    monkeypatch.setattr(roll_agentic.cluster, "init_ray", lambda cfg: False)
+    monkeypatch.setattr(session, "start_multiplexer", fails)
+    with pytest.raises(RuntimeError, match="no pools today"):
+        session.run_session(m, [], solo_baseline=False)
+    assert json_mod.loads(session.address_file(m).read_text()) == theirs
+    session.address_file(m).write_text(json_mod.dumps({**theirs, "pid": os.getpid()}))  # its own: removed
+    with pytest.raises(RuntimeError, match="no pools today"):
+        session.run_session(m, [], solo_baseline=False)
+    assert not session.address_file(m).exists()
