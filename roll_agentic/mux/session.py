@@ -44,13 +44,21 @@ def address_file(m: MuxConfig) -> Path:
     return Path(m.output_dir) / "current.json"
 
 
-def start_multiplexer(m: MuxConfig, run_dir: Path):
-    """A fresh named Multiplexer with its pools up (replacing a previous one of this session)."""
+def start_multiplexer(m: MuxConfig, run_dir: Path, replacing=None):
+    """A fresh named Multiplexer with its pools up, replacing `replacing` (this session's
+    solo-baseline one). Another session's, on the same Ray cluster, is never killed: a
+    second `mux run` pointed at a cluster used to end the multiplexer running there."""
     try:
-        ray.kill(ray.get_actor(ACTOR_NAME, namespace=NAMESPACE))
-        time.sleep(0.5)
+        existing = ray.get_actor(ACTOR_NAME, namespace=NAMESPACE)
     except ValueError:
-        pass
+        existing = None
+    if existing is not None:
+        if replacing is None or existing._actor_id != replacing._actor_id:
+            raise RuntimeError("a multiplexer already runs on this Ray cluster (`roll-agentic mux status` shows "
+                               "it; `mux submit` adds jobs to it): end it (Ctrl-C where its `mux run` runs) "
+                               "before starting another")
+        ray.kill(existing)
+        time.sleep(0.5)
     run_dir.mkdir(parents=True, exist_ok=True)
     mux = multiplexer_actor().options(name=ACTOR_NAME, namespace=NAMESPACE).remote(
         m, str(run_dir), pool_model_path(m))
@@ -75,7 +83,7 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
     run_dir.mkdir(parents=True, exist_ok=True)  # an unwritable output_dir fails here, before Ray starts
     started = init_ray(RayConfig(num_cpus=m.ray_num_cpus))
     try:
-        solo = None
+        solo, mux = None, None
         if solo_baseline and not serve:
             print(f"solo baseline: {len(jobs)} job(s) one after the other, alone", flush=True)
             mux = start_multiplexer(m, run_dir / "solo")
@@ -84,7 +92,7 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
                 _wait(mux, [spec.name], status_every_s, quiet)
             solo = ray.get(mux.result.remote())
             ray.get(mux.shutdown.remote())
-        mux = start_multiplexer(m, run_dir)
+        mux = start_multiplexer(m, run_dir, replacing=mux)
         address_file(m).parent.mkdir(parents=True, exist_ok=True)
         address_file(m).write_text(json.dumps({
             "address": ray.get_runtime_context().gcs_address, "namespace": NAMESPACE, "actor": ACTOR_NAME,

@@ -183,3 +183,35 @@ def test_jobs_whose_state_a_lost_trainer_held_roll_back_and_finish(ray_local, ti
         assert (run / "checkpoints" / "latest").read_text() == "step_000005"
     assert 1 <= len(rolled) <= 2, rolled
     ray.get(mux.shutdown.remote())
+
+
+def test_a_second_session_never_kills_the_multiplexer_running_on_its_cluster(ray_local, monkeypatch, tmp_path):
+    """`start_multiplexer` killed whatever multiplexer had its name on the cluster: a second
+    `mux run` pointed at a cluster ended the one running there. Only the session's own
+    solo-baseline one is replaced."""
+    from roll_agentic.mux import session
+    from roll_agentic.mux.multiplexer import ACTOR_NAME, NAMESPACE
+
+    class Stand:  # a named actor in the multiplexer's place: the test is about names, not pools
+        def __init__(self, *_args) -> None:
+            pass
+
+        def start(self) -> bool:
+            return True
+
+        def ping(self) -> bool:
+            return True
+
+    monkeypatch.setattr(session, "multiplexer_actor", lambda: ray.remote(num_cpus=0)(Stand))
+    monkeypatch.setattr(session, "pool_model_path", lambda m: "unused")
+    running = ray.remote(num_cpus=0)(Stand).options(name=ACTOR_NAME, namespace=NAMESPACE).remote()
+    assert ray.get(running.ping.remote())
+    m = MuxConfig(name="second")
+    with pytest.raises(RuntimeError, match="a multiplexer already runs on this Ray cluster"):
+        session.start_multiplexer(m, tmp_path / "second")
+    assert ray.get(running.ping.remote())  # still serving
+    new = session.start_multiplexer(m, tmp_path / "main", replacing=running)  # the session's own: replaced
+    assert ray.get(new.ping.remote())
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(running.ping.remote())
+    ray.kill(new)
