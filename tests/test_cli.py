@@ -180,7 +180,7 @@ def test_mux_run_into_an_unwritable_output_dir_is_one_line(monkeypatch, tmp_path
     from roll_agentic import cluster
     from roll_agentic.mux import session
 
-    def start(m, run_dir):  # as the real one: the run folder first
+    def start(m, run_dir, replacing=None):  # as the real one: the run folder first
         run_dir.mkdir(parents=True, exist_ok=True)
         raise AssertionError("not reached")
 
@@ -204,3 +204,19 @@ def test_train_into_an_unwritable_output_dir_is_one_line(tmp_path, capsys):
     assert main(["train", f"output_dir={tmp_path / 'a_file' / 'out'}", "trainer.total_steps=1"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "Not a directory" in err[0], err
+
+
+def test_mux_run_beside_a_running_multiplexer_is_one_line(tmp_path, monkeypatch, capsys):
+    from roll_agentic import cluster
+    from roll_agentic.mux import session
+
+    def start(m, run_dir, replacing=None):
+        raise RuntimeError("a multiplexer already runs on this Ray cluster (...)")
+
+    monkeypatch.setattr(cluster, "init_ray", lambda cfg: False)
+    monkeypatch.setattr(session, "start_multiplexer", start)
+    yaml = tmp_path / "mux.yaml"
+    yaml.write_text(f"name: t\noutput_dir: {tmp_path / 'out'}\njobs: []\n")
+    assert main(["mux", "run", str(yaml), "--no-solo", "--quiet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: a multiplexer already runs on this Ray cluster (...)"], err

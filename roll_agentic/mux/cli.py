@@ -43,7 +43,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except OSError as err:  # output_dir not writable, or a file in its way
+    except (OSError, RuntimeError) as err:  # output_dir not writable; Ray unreachable; a multiplexer runs there
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0
