@@ -14,6 +14,7 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
   exit 0
 fi
 
+echo "set-up: installing torch, vLLM's CPU build and the rest into $VENV (a few minutes, once)" >&2
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 PIP="$VENV/bin/python -m pip --disable-pip-version-check -q"
 
@@ -32,3 +33,4 @@ else
 fi
 
 echo "$want" > "$STAMP"
+echo "set-up: done; \`source $VENV/bin/activate\` puts roll-agentic on your PATH" >&2

@@ -220,3 +220,29 @@ def test_mux_run_beside_a_running_multiplexer_is_one_line(tmp_path, monkeypatch,
     assert main(["mux", "run", str(yaml), "--no-solo", "--quiet"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: a multiplexer already runs on this Ray cluster (...)"], err
+
+
+def test_mux_cancel_tells_an_unknown_name_from_a_job_already_over(monkeypatch, tmp_path, capsys):
+    """Both said "not running"."""
+    import ray
+
+    from roll_agentic.mux import session
+
+    class Method:
+        def __init__(self, value):
+            self.value = value
+
+        def remote(self, *_a):
+            return self.value
+
+    class Handle:
+        cancel = Method(False)
+        status = Method({"jobs": [{"name": "done1", "state": "done"}]})
+
+    monkeypatch.setattr(session, "connect", lambda path: Handle())
+    monkeypatch.setattr(ray, "get", lambda ref: ref)
+    address = ["--address-file", str(tmp_path / "current.json")]
+    assert main(["mux", "cancel", "done1", *address]) == 1
+    assert capsys.readouterr().out.strip() == "done1: not running (done)"
+    assert main(["mux", "cancel", "typo", *address]) == 1
+    assert capsys.readouterr().out.strip() == "typo: no such job here (jobs: done1)"

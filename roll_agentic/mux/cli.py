@@ -135,7 +135,13 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     except ray.exceptions.RayActorError as err:
         print(f"error: {_died(err)}", file=sys.stderr)
         return 1
-    print(f"{args.name}: {'cancelled' if ok else 'not running'}")
+    if ok:
+        print(f"{args.name}: cancelled")
+    else:  # a name never submitted and a job already over read differently
+        jobs = {j["name"]: j for j in ray.get(mux.status.remote())["jobs"]}
+        job = jobs.get(args.name)
+        print(f"{args.name}: no such job here (jobs: {', '.join(jobs) or 'none'})" if job is None
+              else f"{args.name}: not running ({job['state']})")
     return 0 if ok else 1
 
 

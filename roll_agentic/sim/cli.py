@@ -249,6 +249,8 @@ def _compare(args: argparse.Namespace) -> int:
         + (f"; beyond the paper: {' '.join(flags)}" if flags else "")
         + (f"; cluster {args.cluster}" if args.cluster else "")
     )
+    if args.plot:
+        rows.append(f"plots ({len(doc['plots'])} PNGs) in {args.plot}")
     return _emit(args, doc, rows)
 
 

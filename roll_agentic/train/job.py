@@ -212,7 +212,8 @@ class TrainingJob:
             return
         now = _flat(json.loads(_json(asdict(self.cfg))))
         changed = [f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(before) | set(now))
-                   if k != "trainer.resume" and before.get(k) != now.get(k)]
+                   # run_name: the saved config may hold "" (a fresh run named at its start)
+                   if k not in ("trainer.resume", "run_name") and before.get(k) != now.get(k)]
         if changed:
             print(f"resuming with {len(changed)} setting(s) other than the run's (repeat the run's overrides "
                   f"to keep them): {'; '.join(changed)}", flush=True)

@@ -701,3 +701,13 @@ def test_a_mux_run_that_fails_early_leaves_the_running_ones_address_file(monkeyp
     with pytest.raises(RuntimeError, match="no pools today"):
         session.run_session(m, [], solo_baseline=False)
     assert not session.address_file(m).exists()
+
+
+def test_status_says_the_live_slowdown_is_against_the_worst_case_profile():
+    """It showed "slowdown 0.71x" for a job whose summary, against its solo pass, said 1.01x."""
+    from roll_agentic.mux.job_state import format_status
+
+    rec = JobRecord("j", 1.5, 10, state=JobState.RUNNING, profile={"solo_iter_s": 10.0},
+                    step_ends=[0.0, 1.0, 2.0, 9.1, 16.2])
+    snap = {"name": "m", "run_dir": "r", "uptime_s": 1.0, "jobs": [rec.to_dict()]}
+    assert "slowdown 0.71x of profile / SLO 1.50x" in format_status(snap)

@@ -218,3 +218,14 @@ def test_the_gantt_window_starts_at_the_first_phase(tmp_path, monkeypatch):
     monkeypatch.setattr(plots.plt.Axes, "barh", counting_barh)
     assert cli.main(["compare", "--trace", str(path), "--plot", str(tmp_path / "p")]) == 0
     assert len(drawn) > 0
+
+
+def test_the_table_says_where_the_plots_went(tmp_path, capsys):
+    """Without --json, `--plot DIR` wrote its PNGs and said nothing of them."""
+    header = "arrival_h,params_b,rollout_nodes,train_nodes,rollout_s,train_s,slo,run_h"
+    path = tmp_path / "one.csv"
+    path.write_text(f"{header}\n0,7,1,1,900,1100,1.3,4\n")
+    assert cli.main(["compare", "--trace", str(path), "--plot", str(tmp_path / "p")]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    pngs = sorted((tmp_path / "p").glob("*.png"))
+    assert pngs and last == f"plots ({len(pngs)} PNGs) in {tmp_path / 'p'}"

@@ -100,3 +100,20 @@ def test_a_rollout_worker_that_dies_stops_the_run_with_its_name_instead_of_a_sil
             job.step_once()
     finally:
         job.close(graceful=False)
+
+
+def test_a_resume_by_run_name_does_not_list_the_name_as_a_changed_setting(tmp_path, capsys):
+    """A fresh run saves run_name "" (named at its start): `trainer.resume=true run_name=X`
+    listed `run_name: '' -> 'X'` among the settings that differ, and saved a config for it."""
+    from dataclasses import asdict
+
+    from roll_agentic.train.job import _json
+
+    fresh = load_config(["engine=hf", "trainer.total_steps=3"])
+    (tmp_path / "config.json").write_text(_json(asdict(fresh)))
+    job = TrainingJob.__new__(TrainingJob)
+    job.cfg = load_config(["engine=hf", "trainer.total_steps=3", "trainer.resume=true", "run_name=x"])
+    job.run_dir, job.version = tmp_path, 3
+    job._say_what_resume_changed()
+    assert capsys.readouterr().out == ""
+    assert not (tmp_path / "config.before_step_3.json").exists()
