@@ -29,16 +29,33 @@ class _Request:
     enqueued: float = field(default_factory=time.perf_counter)
 
 
-def _sample(logits: torch.Tensor, temperature: float, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Samples one token per row; returns (tokens, their logprobs under logits/temperature)."""
+# vLLM's threshold: a temperature below it means greedy decoding (argmax).
+GREEDY_EPS = 1e-5
+
+
+def _sample(logits: torch.Tensor, temperature: float, top_p: float,
+            generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Samples one token per row; returns (tokens, their logprobs under the distribution drawn from).
+
+    The logprobs are vLLM's `processed_logprobs` (the trainer's behaviour policy):
+    log-softmax of logits/temperature, renormalised over the nucleus when top_p < 1.
+    Greedy (temperature ~0) takes the argmax, its logprob under the unscaled logits,
+    as vLLM does; dividing by 0 made every probability nan.
+    """
+    if temperature < GREEDY_EPS:
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        tokens = logprobs.argmax(dim=-1)
+        return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
     logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)  # (B, V)
-    probs = logprobs.exp()
     if top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        keep = sorted_p.cumsum(-1) - sorted_p < top_p
-        sorted_p = sorted_p * keep
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    tokens = torch.multinomial(probs, 1).squeeze(-1)  # (B,)
+        sorted_lp, order = logprobs.sort(dim=-1, descending=True)
+        sorted_p = sorted_lp.exp()
+        keep = sorted_p.cumsum(-1) - sorted_p < top_p  # the first token is always kept
+        sorted_lp = sorted_lp.masked_fill(~keep, float("-inf"))
+        # Renormalised over the nucleus: the logprob of the distribution the token was drawn
+        # from, not of the full one (which understated every sampled token's probability).
+        logprobs = torch.log_softmax(torch.empty_like(logprobs).scatter(-1, order, sorted_lp), dim=-1)
+    tokens = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)  # (B,)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
@@ -59,13 +76,18 @@ class HFEngine:
         self._loop_task: asyncio.Task | None = None
         self._compute_lock = threading.Lock()  # one batch or one weight load at a time
         self._awake = True
-        self._generator = torch.Generator(device="cpu").manual_seed(seed)
+        # Every draw comes from this: torch's global generator starts from the same seed in
+        # every process, so each engine (and a resumed run) replayed one noise stream.
+        self._generator = torch.Generator(device=self.device).manual_seed(seed)
+        self._closed = False
         self._stats = {"requests": 0.0, "generated_tokens": 0.0, "prompt_tokens": 0.0, "aborted": 0.0, "busy_s": 0.0}
 
     # -- protocol -----------------------------------------------------------------
     async def generate(self, token_ids: list[int], sampling: SamplingParams, request_id: str) -> GenerationResult:
         if not token_ids:
             raise ValueError("generate: token_ids is empty; a prompt needs at least one token")
+        if self._closed:  # the batching loop would start again and serve a shut-down engine
+            raise RuntimeError("HFEngine: the engine is shut down")
         self._ensure_loop()
         req = _Request(request_id, list(token_ids), sampling, asyncio.get_running_loop().create_future())
         self._pending.append(req)
@@ -97,10 +119,17 @@ class HFEngine:
         # Checked before loading: load_state_dict(strict=False) applies what it can,
         # so a refused file would otherwise leave the weights half-replaced.
         own = set(self.model.state_dict())
-        real_missing = [k for k in own - state.keys() if not k.endswith("lm_head.weight")]  # tied to embeddings
+        tied = bool(getattr(self.model.config, "tie_word_embeddings", False))
+        real_missing = [k for k in own - state.keys() if not (tied and k.endswith("lm_head.weight"))]
         unexpected = sorted(state.keys() - own)
         if real_missing or unexpected:
             raise ValueError(f"load_weights: missing {sorted(real_missing)[:3]}, unexpected {unexpected[:3]}")
+        # A wrong shape fails too, but only after every other tensor was copied in.
+        current = self.model.state_dict()
+        wrong = [f"{k} {tuple(v.shape)} (model: {tuple(current[k].shape)})" for k, v in sorted(state.items())
+                 if v.shape != current[k].shape]
+        if wrong:
+            raise ValueError(f"load_weights: wrong shape for {len(wrong)} tensor(s): {wrong[:3]}")
         with self._compute_lock:
             self.model.load_state_dict(state, strict=False)
             self._version = version
@@ -123,6 +152,17 @@ class HFEngine:
         return True  # in-process: a failed batch fails its requests, and the loop restarts on demand
 
     async def shutdown(self) -> None:
+        """Ends every request still held (reason "abort") and stops the batching loop; idempotent.
+
+        Cancelling the loop alone left queued requests, and those of the batch in
+        progress, waiting on futures nothing would ever complete."""
+        self._closed = True
+        for req in list(self._by_id.values()):
+            req.aborted = True  # a batch still decoding stops after its next token
+            if not req.future.done():
+                req.future.set_result(GenerationResult([], [], "abort", self._version))
+                self._stats["aborted"] += 1
+        self._pending.clear()
         if self._loop_task is not None:
             self._loop_task.cancel()
 
@@ -183,7 +223,7 @@ class HFEngine:
                 out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
                                  past_key_values=past, use_cache=True)
                 past = out.past_key_values
-                tokens, lps = _sample(out.logits[:, -1, :], temperature, top_p)
+                tokens, lps = _sample(out.logits[:, -1, :], temperature, top_p, self._generator)
                 for i, r in enumerate(batch):
                     if done[i]:
                         continue

@@ -49,6 +49,7 @@ class EngineHost:
         self.busy_s = 0.0
         self.per_task: dict[str, dict[str, float]] = {}
         self._restore = _weights_before_restart()  # Ray restarted this actor: (version, file) it served
+        self._restoring: asyncio.Future | None = None  # that reload, shared by every caller waiting on it
         self.vocab_size = _vocab_size(model_path)
         self.expired = 0  # requests clients gave up on
         self._suspect = False  # a request expired: the next ping probes the engine
@@ -58,18 +59,29 @@ class EngineHost:
         self._exiting: asyncio.Future | None = None
         freeze_startup_heap()
 
+    def _restore_pending(self) -> bool:
+        return self._restore is not None or (self._restoring is not None and not self._restoring.done())
+
     async def _restore_weights(self) -> None:
         # A restarted actor is rebuilt from the initial model: serving it as if it were
         # the current version would feed version-0 samples to a later trainer step.
-        restore, self._restore = self._restore, None
+        # Every caller waits for the one reload: the requests that came while it ran
+        # went to the engine at once, on the initial weights.
+        if self._restoring is None:
+            restore, self._restore = self._restore, None
+            self._restoring = asyncio.ensure_future(self._reload(restore))
+        await asyncio.shield(self._restoring)
+
+    async def _reload(self, restore: tuple[int, str] | None) -> None:
         if restore is not None and Path(restore[1]).exists():
-            await self.load_weights(*restore)
+            await self.engine.load_weights(*restore)
+            _record_weights(*restore)
 
     async def generate(self, token_ids: list[int], sampling: SamplingParams, request_id: str,
                        task: str = "") -> GenerationResult:
         faults.engine_request()
         self._check_prompt(token_ids, request_id)
-        if self._restore is not None:
+        if self._restore_pending():
             await self._restore_weights()
         if self.outstanding == 0:
             self.busy_since = time.time()
@@ -142,6 +154,11 @@ class EngineHost:
         await self.engine.abort(request_id)
 
     async def load_weights(self, version: int, source: str) -> int:
+        # Newer weights replace what the restarted actor had served: restored after this
+        # load (by the next request or ping), the older version overwrote it.
+        self._restore = None
+        if self._restoring is not None and not self._restoring.done():
+            await asyncio.wait([self._restoring])  # its error, if any, is its waiters'
         await self.engine.load_weights(version, source)
         _record_weights(version, source)
         return self.engine.weight_version()
@@ -172,7 +189,7 @@ class EngineHost:
 
     async def ping(self) -> bool:
         await self._exit_if_engine_dead()
-        if self._restore is not None:  # answers only once it serves the weights it had
+        if self._restore_pending():  # answers only once it serves the weights it had
             await self._restore_weights()
         if self._suspect:
             # A live actor answers pings even when its engine is wedged: the watcher that

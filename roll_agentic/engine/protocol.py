@@ -19,6 +19,18 @@ class SamplingParams:
     top_p: float = 1.0
     stop_token_ids: tuple[int, ...] = ()
 
+    def __post_init__(self) -> None:
+        # Refused where the request is made: vLLM refused these only once the request was
+        # admitted, and the hf engine answered max_tokens <= 0 with an empty "length" reply
+        # and temperature < 0 with nan probabilities.
+        if not self.max_tokens >= 1:
+            raise ValueError(f"SamplingParams.max_tokens: expected an integer >= 1, got {self.max_tokens!r}")
+        if not self.temperature >= 0:  # also refuses nan
+            raise ValueError(f"SamplingParams.temperature: expected a number >= 0 (0 = greedy), "
+                             f"got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p: expected a number in (0, 1], got {self.top_p!r}")
+
 
 @dataclass
 class GenerationResult:

@@ -45,11 +45,12 @@ def _quiet_derived_layer_warnings() -> None:
         log.addFilter(DerivedLayerReloadFilter())
 
 
-def _file_names(path: str) -> set[str]:
+def _file_shapes(path: str) -> dict[str, tuple[int, ...]]:
+    """Each tensor's shape in a safetensors file, read from its header (no data loaded)."""
     from safetensors import safe_open
 
     with safe_open(path, framework="pt") as f:
-        return set(f.keys())
+        return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
 
 
 class WeightReloadExtension:
@@ -70,9 +71,11 @@ class WeightReloadExtension:
             return cached or None
         model_dir = str(self.vllm_config.model_config.model)
         files = sorted(glob.glob(os.path.join(model_dir, "*.safetensors")))
-        names: set[str] = set()
+        shapes: dict[str, tuple[int, ...]] = {}
         for f in files:
-            names |= _file_names(f)
+            shapes.update(_file_shapes(f))
+        self._roll_shapes = shapes
+        names = set(shapes)
         self._roll_names = names - {_TIED_HEAD} if self._roll_tied() else names
         return self._roll_names or None
 
@@ -104,6 +107,13 @@ class WeightReloadExtension:
             if missing or unexpected:
                 raise ValueError(f"reload_weights_from_file({path}): missing {missing[:3]} "
                                  f"({len(missing)}), unexpected {unexpected[:3]} ({len(unexpected)})")
+            # A wrong shape fails inside the layerwise reload, after it took the model's
+            # tensors apart: the worker then failed and took the engine core down with it.
+            wrong = [f"{k} {tuple(v.shape)} (model: {self._roll_shapes[k]})" for k, v in sorted(state.items())
+                     if tuple(v.shape) != self._roll_shapes[k]]
+            if wrong:
+                raise ValueError(f"reload_weights_from_file({path}): wrong shape for {len(wrong)} "
+                                 f"tensor(s): {wrong[:3]}")
         if tied and _EMBED in state:
             # The tied head is its own layer in vLLM: layerwise reload only re-processes
             # layers that receive a tensor, and on CPU the head keeps a pre-packed copy

@@ -469,3 +469,42 @@ def test_bad_weights_file_is_refused_and_engine_keeps_serving(h: Harness, model_
     assert r.finish_reason == "length" and r.weight_version == version
     # nothing of the refused file was applied: outputs still follow the served weights
     assert _mean_abs_diff(r.logprobs, _recompute(_hf_model(model_dir), PROMPT, r.token_ids)) < 1e-3
+
+
+def test_wrong_shaped_tensor_is_refused_and_nothing_of_the_file_applied(h: Harness, model_dir: Path) -> None:
+    """A tensor of the wrong shape was found only after every other one was copied in (hf):
+    the engine served a mix of two weight sets under the old version number."""
+    state = _perturbed_state(model_dir, seed=10)
+    state["model.norm.weight"] = torch.ones(3, 3)
+    path = _save(state, with_head=False)
+    version = h.engine.weight_version()
+    try:
+        with pytest.raises(Exception, match="shape|size"):
+            h.run(h.engine.load_weights(version + 1, path))
+    finally:
+        shutil.rmtree(os.path.dirname(path))
+    assert h.engine.weight_version() == version
+    r = h.gen(PROMPT, SamplingParams(max_tokens=16))
+    assert r.weight_version == version
+    assert _mean_abs_diff(r.logprobs, _recompute(_hf_model(model_dir), PROMPT, r.token_ids)) < 1e-3
+
+
+def test_temperature_zero_decodes_greedily(h: Harness, model_dir: Path) -> None:
+    """Greedy is temperature 0 (as in vLLM); the hf engine divided the logits by it and failed
+    on nan probabilities. Logprobs are those of the unscaled logits, as vLLM reports them."""
+    r = h.gen(PROMPT, SamplingParams(max_tokens=8, temperature=0.0))
+    assert r.finish_reason == "length" and len(r.token_ids) == 8
+    model = _hf_model(model_dir)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([PROMPT + r.token_ids])).logits[0, len(PROMPT) - 1: -1]
+    assert r.token_ids == logits.argmax(-1).tolist()
+    assert _mean_abs_diff(r.logprobs, _recompute(model, PROMPT, r.token_ids)) < 1e-3
+
+
+def test_top_p_logprobs_are_those_of_the_nucleus_sampled_from(h: Harness) -> None:
+    """With top_p < 1 the behaviour policy is the renormalised nucleus (vLLM's processed
+    logprobs). A nucleus of one token is drawn with probability 1: logprob 0. The hf engine
+    reported the token's logprob under the full distribution instead."""
+    r = h.gen(PROMPT, SamplingParams(max_tokens=8, temperature=1.0, top_p=1e-6))
+    assert len(r.logprobs) == 8
+    assert all(abs(lp) < 1e-4 for lp in r.logprobs), r.logprobs
