@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -37,7 +36,7 @@ from roll_agentic.mux.job_state import JobRecord
 from roll_agentic.mux.phase_board import PhaseBoard
 from roll_agentic.mux.profile import PhaseKind
 from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
-from roll_agentic.train.checkpoint import COMPLETE, latest_checkpoint
+from roll_agentic.train.checkpoint import latest_checkpoint, load_run_state
 from roll_agentic.train.step_metrics import rollout_metrics
 from roll_agentic.train.trainer import samples_from_groups
 from roll_agentic.train.weight_sync import shared_memory_dir
@@ -395,7 +394,7 @@ class JobRunner:
             async with asyncio.timeout(self.phase_timeout_s):
                 ckpt = latest_checkpoint(self.run_dir / "checkpoints")
                 to = int(ckpt.name.removeprefix("step_")) if ckpt is not None else 0
-                run_state = json.loads((ckpt / COMPLETE).read_text()) if ckpt is not None else None
+                run_state = load_run_state(ckpt) if ckpt is not None else None
                 slot = self.slots[node]
                 await slot.drop_state.remote(self.name)  # no copy newer than the checkpoint is kept
                 switch = await slot.switch_in.remote(self.name)  # cold from the checkpoint (fresh if none)

@@ -106,9 +106,13 @@ def latest_checkpoint(ckpt_root: str | Path) -> Path | None:
     return steps[-1] if steps else None
 
 
+def load_run_state(path: str | Path) -> dict:
+    """A checkpoint's run state alone (buffer, counters), without its tensors."""
+    return json.loads((Path(path) / COMPLETE).read_text())
+
+
 def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict, dict]:
     p = Path(path)
     weights = load_file(str(p / "weights.safetensors"))
     trainer_state = torch.load(p / "trainer.pt", weights_only=False)
-    run_state = json.loads((p / COMPLETE).read_text())
-    return weights, trainer_state, run_state
+    return weights, trainer_state, load_run_state(p)
