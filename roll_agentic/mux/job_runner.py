@@ -185,15 +185,20 @@ class JobRunner:
         checkpoint state too: a killed worker's pending ticket request would otherwise
         be granted a ticket nobody rolls out.
         """
-        state = (await self._run_state())["buffer"]
+        await self._restart_buffer((await self._run_state())["buffer"])  # this step's tickets open now
+        self._spawn_workers(nodes)
+        await pin_actors([self.buffer, *self.workers], self.rollout_cpus)
+        self.worker_runs = [w.run.remote() for w in self.workers]
+
+    async def _restart_buffer(self, state: dict | None) -> None:
+        """The workers stopped and a new buffer from `state` (None: a fresh one): no ticket
+        a killed worker asked for is granted to nobody."""
         self._kill_workers()
         with contextlib.suppress(Exception):
             ray.kill(self.buffer)
         self.buffer = self._new_buffer()
-        await self.buffer.import_state.remote(state)  # this step's tickets open now
-        self._spawn_workers(nodes)
-        await pin_actors([self.buffer, *self.workers], self.rollout_cpus)
-        self.worker_runs = [w.run.remote() for w in self.workers]
+        if state is not None:
+            await self.buffer.import_state.remote(state)
 
     def _new_buffer(self):
         shares = [TaskShare(t.name, t.weight, t.group_size) for t in self.cfg.tasks]
@@ -402,12 +407,8 @@ class JobRunner:
                 if to:
                     await slot.write_weights.remote(self.name, self._weights_path(to))
                 waiting_on = "buffer"
-                self._kill_workers()  # the next rollout builds them again over the new buffer
-                with contextlib.suppress(Exception):
-                    ray.kill(self.buffer)
-                self.buffer = self._new_buffer()
-                if run_state is not None:
-                    await self.buffer.import_state.remote(run_state["buffer"])
+                # The next rollout builds the workers again over the new buffer.
+                await self._restart_buffer(run_state["buffer"] if run_state is not None else None)
                 await pin_actors([self.buffer], self.rollout_cpus)
         except (TimeoutError, ray.exceptions.RayActorError) as err:
             if waiting_on == "trainer" and self.on_trainer_lost is not None:
