@@ -32,6 +32,7 @@ import ray
 
 from roll_agentic.config import Config, effective_pools
 from roll_agentic.engine.router import Router, router_kwargs
+from roll_agentic.mux import rollback_mark
 from roll_agentic.mux.job_state import JobRecord
 from roll_agentic.mux.phase_board import PhaseBoard
 from roll_agentic.mux.profile import PhaseKind
@@ -102,9 +103,7 @@ class JobRunner:
         # before another job's phase reaches the old one.
         self.on_trainer_lost = on_trainer_lost
         self.max_rollbacks = max_rollbacks
-        # Set (to why) by the multiplexer when the job's newest state died with a trainer
-        # process: its next train phase goes back to its last checkpoint (`_roll_back`).
-        self.rollback_reason = ""
+        self._rollback_reason = ""  # `rollback_reason`
         self._rolled_back = False  # the step just "trained" was a roll-back: nothing to log
         self.run_dir = Path(cfg.output_dir) / cfg.run_name
         self.slot_args: tuple | None = None  # what a trainer slot's `register` takes after the job's name
@@ -381,6 +380,21 @@ class JobRunner:
     def rollbacks(self) -> int:
         return len(self.record.rollbacks)
 
+    @property
+    def rollback_reason(self) -> str:
+        """Set (to why) by the multiplexer when the job's newest state died with a trainer
+        process: its next train phase goes back to its last checkpoint (`_roll_back`)."""
+        return self._rollback_reason
+
+    @rollback_reason.setter
+    def rollback_reason(self, why: str) -> None:
+        # Mirrored on the record, which `mux status` shows: set, the mark; "", the mark dropped.
+        self._rollback_reason = why
+        if why:
+            rollback_mark.mark(self.record, self.run_dir, why)
+        else:
+            rollback_mark.unmark(self.record)
+
     async def _roll_back(self, node: str) -> dict:
         """The job's newest state died with a trainer process: back to its last checkpoint.
 
@@ -391,14 +405,15 @@ class JobRunner:
         taken again from the same prompts and the run goes on as a resumed solo
         run would. Before, the job failed and its completed steps were lost with it.
         """
-        why, self.rollback_reason = self.rollback_reason, ""
+        # Taken past the setter: the record shows the mark until the roll-back has ended.
+        why, self._rollback_reason = self._rollback_reason, ""
         self.record.phase = "rolling back"
         was = self.version
         waiting_on = "trainer"  # or "buffer", as in a train phase
         try:
             async with asyncio.timeout(self.phase_timeout_s):
                 ckpt = latest_checkpoint(self.run_dir / "checkpoints")
-                to = int(ckpt.name.removeprefix("step_")) if ckpt is not None else 0
+                to = rollback_mark.checkpoint_step(ckpt)
                 run_state = load_run_state(ckpt) if ckpt is not None else None
                 slot = self.slots[node]
                 await slot.drop_state.remote(self.name)  # no copy newer than the checkpoint is kept
@@ -417,6 +432,7 @@ class JobRunner:
                 await self._trainer_lost(node, f"rolling back on {node}: its trainer did not answer "
                                                f"({type(err).__name__})")
                 self.rollback_reason = ""  # this job fails: it found the trainer lost in its roll-back
+            rollback_mark.unmark(self.record)
             raise JobFailed(f"rolling back to its last checkpoint failed ({type(err).__name__}) after: {why} "
                             "(its checkpoints stay in its run directory)") from None
         for p in self.weights_dir.glob("weights_v*.safetensors"):  # files of the steps rolled back
@@ -429,6 +445,7 @@ class JobRunner:
         if self._log is not None:
             await asyncio.to_thread(self._log.truncate_after, to)
         self.record.rollbacks.append(f"step {was} -> {to}: {why}")
+        rollback_mark.unmark(self.record)
         record = asdict(switch)
         self.record.switches.append(record)
         return record

@@ -22,6 +22,15 @@ class JobState(StrEnum):
 
 
 @dataclass
+class PendingRollback:
+    """A job marked to go back to its checkpoint, not gone back yet: its newest state died with
+    a trainer process, and its next train phase rolls it back (`JobRunner._roll_back`)."""
+
+    to_step: int  # the step of the checkpoint it goes back to (0: none, from the start)
+    why: str
+
+
+@dataclass
 class JobRecord:
     name: str
     slo: float
@@ -40,6 +49,9 @@ class JobRecord:
     switches: list[dict] = field(default_factory=list)  # SwitchRecord of each train switch-in
     # "step V -> N: why" for each time its state was lost and it went back to a checkpoint
     rollbacks: list[str] = field(default_factory=list)
+    # Set from the mark to the end of the roll-back: until then the job looked healthy in
+    # `mux status` while the steps it showed past its checkpoint were already lost.
+    pending_rollback: PendingRollback | None = None
 
     def iteration_times(self, skip: int = 2) -> list[float]:
         """Train end to train end, past the probe and the first admitted step."""
@@ -92,6 +104,11 @@ def format_status(snapshot: dict) -> str:
         where = f"group {j['group']}" if j.get("group") is not None else "-"
         line = (f"  {j['name']:<14} {j['state']:<10} step {j['step']}/{j['total_steps']}  "
                 f"phase {j['phase'] or '-':<14} {where:<8} {slo}")
+        pending = j.get("pending_rollback")
+        if pending:  # shown from the mark on: the steps past that checkpoint are lost already
+            to = f"its checkpoint of step {pending['to_step']}" if pending["to_step"] else "step 0 (no checkpoint)"
+            doing = "rolling back" if j.get("phase") == "rolling back" else "waiting to roll back"
+            line += f"  {doing} to {to} ({pending['why']})"
         if j.get("rollbacks"):
             line += f"  rolled back {len(j['rollbacks'])}x (last: {j['rollbacks'][-1]})"
         if j.get("reason"):

@@ -249,6 +249,7 @@ class Multiplexer:
             rec.state, rec.reason = JobState.FAILED, f"{type(err).__name__}: {err}"
         finally:
             rec.phase, rec.finished_at = "", self.board.now()
+            rec.pending_rollback = None  # a job cancelled or failed before its roll-back: none to come
             await self._leave(rec, placed or rec.name in self.book.job_group)  # placed by another waiter
             await runner.close()
 

@@ -266,19 +266,56 @@ def test_a_bad_mux_yaml_is_one_clear_error(tmp_path, text, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-def test_an_address_file_left_by_a_killed_multiplexer_is_reported_not_retried(tmp_path):
-    """ray.init retried the dead address for minutes."""
+def test_an_address_file_left_by_a_killed_multiplexer_is_reported_not_retried(monkeypatch, tmp_path):
+    """ray.init retried the dead address for minutes: the file is refused before anything
+    connects to the address (no probe of it, no ray.init, no actor lookup)."""
     import json
-    import time
 
-    from roll_agentic.mux.session import connect
+    from roll_agentic.mux import session
 
+    tried: list[str] = []
+
+    def never(what: str):
+        def call(*_a, **_k):
+            tried.append(what)
+            raise AssertionError(f"connect tried {what} for a multiplexer whose process has exited")
+        return call
+
+    monkeypatch.setattr(session.socket, "create_connection", never("a connection to the address"))
+    monkeypatch.setattr(session.ray, "init", never("ray.init"))
+    monkeypatch.setattr(session.ray, "get_actor", never("ray.get_actor"))
+    monkeypatch.setattr(session.ray, "is_initialized", lambda: False)  # another test's Ray would skip ray.init
     path = tmp_path / "current.json"
+    # A pid above Linux's largest (2**22): no such process, as after the multiplexer was killed.
     path.write_text(json.dumps({"address": "127.0.0.1:1", "namespace": "n", "actor": "a", "pid": 2**22 + 1}))
-    t0 = time.monotonic()
-    with pytest.raises(FileNotFoundError, match="no running multiplexer"):
-        connect(path)
-    assert time.monotonic() - t0 < 10
+    with pytest.raises(FileNotFoundError, match=r"names one that is gone \(its process 4194305 has exited\)"):
+        session.connect(path)
+    assert tried == []
+
+
+def test_an_address_nothing_answers_at_is_probed_once_not_handed_to_ray(monkeypatch, tmp_path):
+    """Not known dead by its pid (another host's): one bounded probe of the address, no ray.init."""
+    import json
+
+    from roll_agentic.mux import session
+
+    probes: list[tuple] = []
+
+    def refused(address, timeout):
+        probes.append((address, timeout))
+        raise ConnectionRefusedError("refused")
+
+    def never(*_a, **_k):
+        raise AssertionError("connect handed a dead address to ray.init")
+
+    monkeypatch.setattr(session.socket, "create_connection", refused)
+    monkeypatch.setattr(session.ray, "init", never)
+    monkeypatch.setattr(session.ray, "is_initialized", lambda: False)
+    path = tmp_path / "current.json"
+    path.write_text(json.dumps({"address": "10.0.0.9:6379", "namespace": "n", "actor": "a"}))
+    with pytest.raises(FileNotFoundError, match=r"nothing answers at 10.0.0.9:6379: refused"):
+        session.connect(path)
+    assert probes == [(("10.0.0.9", 6379), 3)]
 
 
 def test_a_mux_run_that_fails_early_leaves_the_running_ones_address_file(monkeypatch, tmp_path):

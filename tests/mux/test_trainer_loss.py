@@ -283,8 +283,10 @@ def test_a_trainer_that_dies_in_a_roll_back_is_replaced_too(tmp_path, monkeypatc
     async def main() -> str:
         runner = _train_runner(tmp_path, monkeypatch, slots, _board(), on_lost)
         runner.version, runner.rollback_reason = 3, "its trainer on t was restarted (x: wedged)"
+        assert runner.record.pending_rollback is not None  # `mux status` shows the roll-back to come
         with pytest.raises(JobFailed) as err:
             await runner.train("t")
+        assert runner.record.pending_rollback is None  # it failed instead: none to come
         return str(err.value)
 
     message = asyncio.run(main())
@@ -413,3 +415,4 @@ def test_a_step_whose_checkpoint_was_saved_before_its_trainer_died_is_kept(tmp_p
     runner = asyncio.run(main())
     assert runner.version == runner.record.step == 1 and len(runner.record.step_ends) == 1
     assert runner.record.rollbacks == [] and not runner._rolled_back and runner.rollback_reason == ""
+    assert runner.record.pending_rollback is None  # the mark, dropped, is not shown in `mux status`
