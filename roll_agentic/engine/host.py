@@ -8,6 +8,13 @@ request (`expire`, engine_client.py) makes the next ping wait for a one-token
 probe through the engine, so a wedged engine under a living actor is not
 routed to again until it answers; an engine whose process died (vLLM's engine
 core) takes its host down with it, so Ray restarts both (`max_restarts`).
+
+Sleep (`sleep`/`wake`: today only bench/reliability_load.py holds requests
+back with it; meant for weight syncs) is not a fault: a sleeping engine holds
+its requests until the wake, `ping` answers at once (alive; `stats()["asleep"]`
+says why nothing is served) without probing a suspect engine (the probe would
+wait for the wake), and time asleep does not count towards `wedged_restart_s`:
+the first ping after the wake probes it.
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ class EngineHost:
         self._suspect_since = 0.0  # when it became suspect (time.monotonic())
         self.wedged_restart_s = WEDGED_RESTART_S
         self._probe: asyncio.Future | None = None  # shared by the pings waiting on it
+        self._asleep = False  # between sleep() and wake(): requests wait, and that is no fault
         self._exiting: asyncio.Future | None = None
         freeze_startup_heap()
 
@@ -170,15 +178,20 @@ class EngineHost:
         return self.outstanding
 
     async def sleep(self) -> None:
+        self._asleep = True
         await self.engine.sleep()
 
     async def wake(self) -> None:
         await self.engine.wake()
+        self._asleep = False
+        if self._suspect:  # time asleep was no time to answer in: the wedge clock starts now
+            self._suspect_since = time.monotonic()
 
     def stats(self) -> dict:
         busy = self.busy_s + (time.time() - self.busy_since if self.busy_since else 0.0)
         return {"pool": self.pool, "hardware": self.hardware, "outstanding": self.outstanding,
-                "expired": self.expired, "busy_s": busy, "uptime_s": time.time() - self.started,
+                "expired": self.expired, "asleep": self._asleep, "busy_s": busy,
+                "uptime_s": time.time() - self.started,
                 "engine": self.engine.stats(), "per_task": self.per_task}
 
     async def shutdown(self) -> None:
@@ -191,9 +204,13 @@ class EngineHost:
         await self._exit_if_engine_dead()
         if self._restore_pending():  # answers only once it serves the weights it had
             await self._restore_weights()
-        if self._suspect:
+        if self._suspect and not self._asleep:
             # A live actor answers pings even when its engine is wedged: the watcher that
             # revives engines (rollout worker) would route to it again at once.
+            # Not while asleep: the probe would wait for the wake (the watcher's pings
+            # timed out), and past wedged_restart_s the host ended itself for sleeping.
+            # Asleep it answers at once; requests routed to it wait for the wake, and a
+            # still suspect engine is probed by the first ping after it.
             if self._probe is None:
                 self._probe = asyncio.ensure_future(self.engine.generate([0], PROBE, f"probe-{time.time_ns()}"))
             probe = self._probe

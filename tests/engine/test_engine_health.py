@@ -179,3 +179,61 @@ def test_an_engine_wedged_for_good_is_restarted_not_pinged_forever(tiny_model_pa
         ray.kill(handle)
         if started:
             ray.shutdown()
+
+
+def test_a_sleeping_engine_is_alive_and_never_restarted_for_sleeping(tiny_model_path):
+    """An engine put to sleep (bench reliability-load does; meant for weight syncs) holds its requests
+    until `wake`. A request whose client gave up meanwhile (a sleep longer than the
+    client's time limit) made the host suspect; its next ping then probed through the
+    sleeping engine, which could not answer before the wake, and once `wedged_restart_s`
+    had passed the host ended itself: Ray restarted an engine that was only asleep (and
+    the restarted one came back awake, spending the actor's one restart)."""
+    started = init_ray(RayConfig(num_cpus=2))
+    handle = engine_actor_class(1.0).remote("hf", tiny_model_path, EngineConfig(backend="hf"))
+    try:
+        ray.get(handle.ping.remote(), timeout=120)
+        first_pid = ray.get(handle.__ray_call__.remote(_pid), timeout=60)
+        ray.get(handle.__ray_call__.remote(_restart_after, 1.0), timeout=60)
+        ray.get(handle.sleep.remote(), timeout=60)
+
+        async def main():
+            # waits for the wake: no time limit of its own
+            held = asyncio.ensure_future(BatchingEngineClient(handle, request_timeout_s=None).generate(
+                [1, 2, 3], SamplingParams(max_tokens=2), "held"))
+            impatient = BatchingEngineClient(handle, request_timeout_s=0.5)
+            with pytest.raises(EngineTimeout):
+                await impatient.generate([1, 2, 3], SamplingParams(max_tokens=2), "gave-up")
+            while (await handle.stats.remote())["expired"] < 1:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1.5)  # asleep for longer than wedged_restart_s
+            # alive, and says it is asleep: answered at once, not after the wake
+            pinged_asleep = await _answers(handle.ping.remote(), 5.0)
+            stats = await handle.stats.remote()
+            pid_asleep = await handle.__ray_call__.remote(_pid)
+            assert not held.done()  # still waiting for the wake, not failed
+            await handle.wake.remote()
+            result = await asyncio.wait_for(held, 60)
+            pinged_awake = await _answers(handle.ping.remote(), 30.0)
+            # Suspect before it was put to sleep (a request given up on while awake), then
+            # asleep past wedged_restart_s: pinged, it answers at once; woken, the time it
+            # slept does not count as time it failed to answer in, and its probe passes.
+            await handle.expire.remote("lost-while-awake")
+            await handle.sleep.remote()
+            await asyncio.sleep(1.5)
+            pinged_suspect_asleep = await _answers(handle.ping.remote(), 5.0)
+            await handle.wake.remote()
+            pinged_suspect_awake = await _answers(handle.ping.remote(), 30.0)
+            return pinged_asleep, stats, pid_asleep, result, pinged_awake, pinged_suspect_asleep, pinged_suspect_awake
+
+        pinged_asleep, stats, pid_asleep, result, pinged_awake, pinged_suspect_asleep, pinged_suspect_awake = \
+            asyncio.run(main())
+        assert pinged_asleep and stats["asleep"] and stats["expired"] == 1
+        assert pid_asleep == first_pid  # not restarted for sleeping
+        assert len(result.token_ids) == 2 and pinged_awake
+        assert pinged_suspect_asleep and pinged_suspect_awake
+        assert not ray.get(handle.stats.remote(), timeout=30)["asleep"]
+        assert ray.get(handle.__ray_call__.remote(_pid), timeout=60) == first_pid
+    finally:
+        ray.kill(handle)
+        if started:
+            ray.shutdown()
