@@ -10,8 +10,9 @@ from tests.rollout.local_handle import LocalHandle
 class SlowRouter:
     """A Router whose calls take a while, like a remote actor's, and are counted."""
 
-    def __init__(self, engines: int = 2, delay_s: float = 0.01):
+    def __init__(self, engines: int = 2, delay_s: float = 0.01, note_delay_s: float = 0.01):
         self.delay_s = delay_s
+        self.note_delay_s = note_delay_s
         self.inner = Router([("default", "cpu")] * engines, {"t": "default"})
         self.batches: list[int] = []
         self.notes: list[int] = []
@@ -23,7 +24,7 @@ class SlowRouter:
 
     async def notify_many(self, notes):
         self.notes.append(len(notes))
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(self.note_delay_s)
         self.inner.notify_many(notes)
 
 
@@ -155,3 +156,88 @@ def test_an_episode_cancelled_while_its_assignment_queues_leaves_nothing_assigne
     assert set(router.inner.table.sticky) == {"kept"}
     assert sum(e.active for e in router.inner.table.engines) == 1  # no active count leaked
     assert router.batches == [1]  # the cancelled request was never sent
+
+
+def _active(router: SlowRouter) -> int:
+    return sum(e.active for e in router.inner.table.engines)
+
+
+def test_a_retried_trajectory_is_released_before_it_is_assigned_again():
+    # A worker retries a trajectory at once (EnvFailure, Stale: no back-off). Attempt 1's
+    # release lingered on the notes channel and reached the router after attempt 2's
+    # assignment: that one found the trajectory still sticky (not counted), and the late
+    # release then removed it, so the router saw no load while attempt 2 ran.
+    async def main():
+        router = SlowRouter()
+        client = CoalescingRouterClient(LocalHandle(router), note_linger_s=0.05)
+        await client.assign("t", "a", 4)  # attempt 1
+        client.release("a")  # attempt 1 ends
+        await client.assign("t", "a", 4)  # attempt 2, before the release's linger is over
+        await asyncio.sleep(0.2)
+        during = _active(router)
+        client.release("a")
+        await asyncio.sleep(0.2)
+        return router, client, during
+
+    router, client, during = asyncio.run(main())
+    assert during == 1
+    assert _active(router) == 0 and router.inner.table.sticky == {}
+    assert router.inner.table.engines[0].assigned_total + router.inner.table.engines[1].assigned_total == 2
+    # The pending release left just before the assignment, in place of the lingering call,
+    # not beside it: still one notes call per release.
+    assert router.batches == [1, 1] and router.notes == [1, 1]
+
+
+def test_a_retry_waits_for_its_release_already_on_the_way():
+    # The release's notes call has left (no linger) but the router has not run it yet.
+    async def main():
+        router = SlowRouter(note_delay_s=0.1)
+        client = CoalescingRouterClient(LocalHandle(router), note_linger_s=0)
+        await client.assign("t", "a", 4)
+        client.release("a")
+        await asyncio.sleep(0.005)  # the release's call is in flight
+        await client.assign("t", "a", 4)
+        await asyncio.sleep(0.2)
+        return router
+
+    router = asyncio.run(main())
+    assert _active(router) == 1 and set(router.inner.table.sticky) == {"a"}
+    assert router.notes == [1] and router.batches == [1, 1]
+
+
+def test_assignments_of_other_trajectories_leave_pending_releases_lingering():
+    # The common path: new trajectories while others' releases wait for company. Nothing is
+    # flushed early, so the releases still share one call.
+    async def main():
+        router = SlowRouter()
+        client = CoalescingRouterClient(LocalHandle(router), note_linger_s=0.05)
+        await asyncio.gather(*(client.assign("t", f"e{i}") for i in range(4)))
+        client.release("e0")
+        client.release("e1")
+        await client.assign("t", "e4")
+        await asyncio.sleep(0.005)
+        client.release("e2")
+        await asyncio.sleep(0.2)
+        return router
+
+    router = asyncio.run(main())
+    assert router.batches == [4, 1] and router.notes == [3]
+    assert _active(router) == 2 and set(router.inner.table.sticky) == {"e3", "e4"}
+
+
+def test_a_retry_cancelled_while_its_release_is_flushed_is_never_sent():
+    async def main():
+        router = SlowRouter(note_delay_s=0.1)
+        client = CoalescingRouterClient(LocalHandle(router), note_linger_s=0.05)
+        await client.assign("t", "a", 4)
+        client.release("a")
+        retry = asyncio.ensure_future(client.assign("t", "a", 4))
+        await asyncio.sleep(0.02)  # the release is being flushed ahead of the retry
+        retry.cancel()
+        client.release("a")  # what the cancelled episode does on its way out
+        await asyncio.sleep(0.4)
+        return router
+
+    router = asyncio.run(main())
+    assert router.batches == [1]  # the cancelled retry was never sent
+    assert _active(router) == 0 and router.inner.table.sticky == {}
