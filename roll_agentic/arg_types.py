@@ -2,7 +2,9 @@
 
 Before, `--workers 0` hung, `--repeats 0` and `--steps 0` failed after the
 whole measurement on an empty median, and `--window-s -1` printed a "fraction"
-of 41.
+of 41. Flags that size a run have an upper bound too (`at_most`): past it a
+run does not fail, it runs for hours or fills memory without a word
+(`sim scale --jobs 10000000`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,23 @@ def at_least(low: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+
+    return parse
+
+
+def at_most(low: int, high: int, why: str) -> Callable[[str], int]:
+    """An integer from `low` to `high`; past `high` the message says `why` the limit is there.
+
+    `why` is for a newcomer who typed an extra zero: what a larger value would
+    cost, and what to do instead if they meant it.
+    """
+    parse_low = at_least(low)
+
+    def parse(text: str) -> int:
+        value = parse_low(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high}, got {value}: {why}")
         return value
 
     return parse

@@ -1,15 +1,21 @@
 """`roll-agentic bench <name> --json`: benchmarks that compare two things in one run.
 
 Each benchmark module registers itself with `add_parser(subparsers)` and
-prints a JSON object on its last line.
+prints a JSON object on its last line, also when it fails: then the object
+has an `error` (what failed, in words, beside whatever was measured before),
+the same error is one line on stderr, and the exit status is 1.
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 import importlib
 import json
 import os
 import sys
+import traceback
+from collections.abc import Callable
 
 BENCHMARKS = ["engine", "rollout", "serverless", "tail", "reliability", "switch"]
 
@@ -62,10 +68,41 @@ def print_result(result: dict) -> dict:
     return out
 
 
-def report(result: dict, json_only: bool) -> int:
-    """A readable table unless --json, then the JSON object as the last line."""
+def report(result: dict, json_only: bool, name: str = "") -> int:
+    """A readable table unless --json, then the JSON object as the last line; the exit status.
+
+    A result with an `error` is a failed run: the error is said on stderr
+    too, in one line, and the status is 1, so that a script that only checks
+    the status does not take its partial figures for a measurement.
+    """
     if not json_only:
         for k, v in result.items():
             print(f"{k:28s} {v}")
+    error = result.get("error")
+    if error:
+        print(f"bench {name or 'run'}: error: {error}", file=sys.stderr, flush=True)
     print_result(result)
-    return 0
+    return 1 if error else 0
+
+
+def reporting_errors(name: str, main: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """`main`, whose exceptions end in the JSON line too: `{"error": "Type: message"}`, exit 1.
+
+    Before, a run that raised (a Ray `GetTimeoutError` from a stuck worker)
+    ended in a traceback: whatever reads the last line (a sweep, CI) read a
+    traceback's last line instead of JSON. A timeout is said in one line; any
+    other exception is a bug, so its traceback goes to stderr first.
+    Argument errors (SystemExit) are left as they are: nothing was run.
+    """
+
+    @functools.wraps(main)
+    def guarded(args: argparse.Namespace) -> int:
+        try:
+            return main(args)
+        except Exception as err:  # noqa: BLE001 - whatever failed, the last line is JSON
+            if not isinstance(err, TimeoutError):  # ray's GetTimeoutError is one
+                traceback.print_exc(file=sys.stderr)
+            message = " ".join(str(err).split()) or "(no message)"  # one line
+            return report({"error": f"{type(err).__name__}: {message}"}, getattr(args, "json", True), name)
+
+    return guarded

@@ -15,6 +15,10 @@ workers, buffer and router share the cores with the engine), which the
 median counts against it. `paired_median_framework_vs_raw` is the median of each
 framework round over the raw round measured right after it: the machine's speed
 drifts over minutes, and a pair shares its moment.
+
+A run that times out waiting for its workers still ends with the JSON line:
+`error` says what timed out, beside the rounds measured before it; the exit
+status is then 1 (`bench/cli.py`'s `report`).
 """
 
 from __future__ import annotations
@@ -23,8 +27,32 @@ import statistics
 import time
 
 import ray
+from ray.exceptions import GetTimeoutError
 
 from roll_agentic.arg_types import at_least
+from roll_agentic.bench.cli import reporting_errors
+
+# After stop(), a worker's run() returns once its groups in flight end (a few
+# decodes here): a minute is far past that, so a timeout means a stuck worker.
+RUNS_STOP_TIMEOUT_S = 60.0
+
+
+def figures(framework: list[float], raw: list[float]) -> dict:
+    """The throughput figures of the rounds measured: all of them, or those before a failure.
+
+    A round's framework side is measured before its raw side, so a run cut
+    short may hold one framework round more; ratios use only complete pairs.
+    """
+    n = min(len(framework), len(raw))
+    if n == 0:
+        return {"framework_runs": [round(x, 1) for x in framework], "raw_runs": []}
+    best_f, best_r = max(framework), max(raw)
+    return {"framework_tokens_per_s": round(best_f, 1), "raw_engine_tokens_per_s": round(best_r, 1),
+            "framework_runs": [round(x, 1) for x in framework], "raw_runs": [round(x, 1) for x in raw],
+            "framework_vs_raw_engine": round(best_f / best_r, 3),
+            "median_framework_vs_raw": round(statistics.median(framework) / statistics.median(raw), 3),
+            "paired_median_framework_vs_raw": round(statistics.median(
+                f / r for f, r in zip(framework[:n], raw[:n], strict=True)), 3)}
 
 
 def run(backend: str, episodes: int, max_tokens: int, group_size: int, workers: int, repeats: int) -> dict:
@@ -44,13 +72,17 @@ def run(backend: str, episodes: int, max_tokens: int, group_size: int, workers: 
 
     backend = resolve_backend(backend)
     model_path = str(ensure_tiny_model(".cache/tiny-model").resolve())
+    groups = episodes // group_size
+    out: dict = {"backend": backend, "episodes": groups * group_size, "max_tokens": max_tokens}
+    framework: list[float] = []
+    raw: list[float] = []
+    error = ""
     started = init_ray(RayConfig())
     try:
         task = TaskConfig(name="single", env_id="envs.single_turn:SingleTurnPrompt", max_turns=1,
                           reward="env_return", group_size=group_size, max_new_tokens=max_tokens)
         engine = engine_actor_class(num_cpus=1).remote(backend, model_path, EngineConfig(max_batch=256))
         ray.get(engine.ping.remote())
-        groups = episodes // group_size
         router = ray.remote(num_cpus=0)(Router).remote([("default", "any")], {"single": "default"})
         # As training runs it (its default): the next step's envs are reset and its
         # prompts built before the step opens; the timer starts when it opens.
@@ -66,7 +98,6 @@ def run(backend: str, episodes: int, max_tokens: int, group_size: int, workers: 
         fmt = chat_format_for(tok)
         sampling = SamplingParams(max_tokens=max_tokens, temperature=1.0, top_p=1.0, stop_token_ids=fmt.stop_token_ids)
 
-        framework, raw = [], []
         # Two warm-up rounds (actors, code paths, the engine): with one, the first
         # measured round was the slowest in 7 runs of 7, by 20-40 %. The raw side
         # warms up before each of its runs.
@@ -90,19 +121,22 @@ def run(backend: str, episodes: int, max_tokens: int, group_size: int, workers: 
         ray.get(buffer.stop.remote())
         for w in actors:
             ray.get(w.stop.remote())
-        ray.get(runs, timeout=60)
+        ray.get(runs, timeout=RUNS_STOP_TIMEOUT_S)
         ray.get(engine.shutdown.remote())
-        best_f, best_r = max(framework), max(raw)
-        return {"backend": backend, "episodes": groups * group_size, "max_tokens": max_tokens,
-                "framework_tokens_per_s": round(best_f, 1), "raw_engine_tokens_per_s": round(best_r, 1),
-                "framework_runs": [round(x, 1) for x in framework], "raw_runs": [round(x, 1) for x in raw],
-                "framework_vs_raw_engine": round(best_f / best_r, 3),
-                "median_framework_vs_raw": round(statistics.median(framework) / statistics.median(raw), 3),
-                "paired_median_framework_vs_raw": round(statistics.median(
-                    f / r for f, r in zip(framework, raw, strict=True)), 3)}
+    except GetTimeoutError:
+        # The rounds measured are kept: their figures are right, the run is not clean.
+        error = (f"the rollout workers had not returned {RUNS_STOP_TIMEOUT_S:g} s after they were told to stop "
+                 "(ray.get timed out), so a worker is stuck: see Ray's worker logs (by default "
+                 f"/tmp/ray/session_latest/logs); the {len(framework)} rounds measured before are kept")
+        for actor in [*actors, buffer, router, engine]:  # a Ray this run did not start lives on
+            ray.kill(actor)
     finally:
         if started:
-            ray.shutdown()
+            ray.shutdown()  # also ends a stuck worker
+    result = {**out, **figures(framework, raw)}
+    if error:
+        result["error"] = error
+    return result
 
 
 def _main(args) -> int:
@@ -111,7 +145,8 @@ def _main(args) -> int:
     if args.episodes < args.group_size or args.episodes % args.group_size:
         raise SystemExit(f"bench engine: --episodes must be a multiple of --group-size ({args.group_size}), "
                          f"got {args.episodes}")
-    return report(run(args.backend, args.episodes, args.max_tokens, args.group_size, args.workers, args.repeats), args.json)
+    return report(run(args.backend, args.episodes, args.max_tokens, args.group_size, args.workers, args.repeats),
+                  args.json, "engine")
 
 
 def add_parser(subparsers) -> None:
@@ -123,4 +158,4 @@ def add_parser(subparsers) -> None:
     p.add_argument("--workers", type=at_least(1), default=2, help="rollout worker actors")
     p.add_argument("--repeats", type=at_least(1), default=8, help="alternating measurements of each side")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
-    p.set_defaults(func=_main)
+    p.set_defaults(func=reporting_errors("engine", _main))

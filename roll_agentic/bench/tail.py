@@ -19,6 +19,10 @@ rollout schedule differs:
 once with gradients streamed group by group and once after the whole batch,
 from the same initial weights; the largest parameter difference (float64;
 float32 beside it, with its rerun floor: see stream_update_diffs).
+
+A run that times out waiting for its workers still ends with the JSON line:
+`error` says which schedule's workers were stuck, beside the steps measured
+before it; the exit status is then 1 (`bench/cli.py`'s `report`).
 """
 
 from __future__ import annotations
@@ -28,12 +32,24 @@ import statistics
 import time
 
 import ray
+from ray.exceptions import GetTimeoutError
 
 from roll_agentic.arg_types import at_least, non_negative, positive
+from roll_agentic.bench.cli import reporting_errors
+
+# After stop(), a worker's run() returns once its episodes in flight end: a few
+# env steps of `--env-step-s` each, seconds. Two minutes means a stuck worker.
+RUNS_STOP_TIMEOUT_S = 120.0
 
 
 def _rollout_steps(buffer_cls, buffer_args, task, model_path, engine, steps: int, workers: int,
-                   groups_in_flight: int):
+                   groups_in_flight: int, times: list[float]):
+    """Measures `steps` steps; returns their batches and the buffer's metrics.
+
+    Each step's seconds are appended to `times` as it is measured, so that a
+    run that fails afterwards (GetTimeoutError: a worker did not stop) still
+    has them to report.
+    """
     from roll_agentic.config import RewardConfig
     from roll_agentic.engine.router import Router
     from roll_agentic.rollout.worker import RolloutWorker
@@ -45,7 +61,7 @@ def _rollout_steps(buffer_cls, buffer_args, task, model_path, engine, steps: int
         groups_in_flight, 60.0) for i in range(workers)]
     runs = [w.run.remote() for w in actors]
     p0 = buffer_args[1]
-    times, batches = [], []
+    batches = []
     ray.get(buffer.get_batch.remote(p0, 0))  # warm-up step, not measured: actor and engine start-up
     for _ in range(steps):
         t0 = time.perf_counter()
@@ -59,10 +75,12 @@ def _rollout_steps(buffer_cls, buffer_args, task, model_path, engine, steps: int
     ray.get(buffer.stop.remote())
     for w in actors:
         ray.get(w.stop.remote())
-    ray.get(runs, timeout=120)
-    for a in [*actors, buffer, router]:
-        ray.kill(a)
-    return times, batches, metrics
+    try:
+        ray.get(runs, timeout=RUNS_STOP_TIMEOUT_S)
+    finally:  # a stuck worker too: the next mode must not share the engine with it
+        for a in [*actors, buffer, router]:
+            ray.kill(a)
+    return batches, metrics
 
 
 def _max_abs_diff(a, b) -> float:
@@ -124,6 +142,11 @@ def run(backend: str, prompts: int, responses: int, steps: int, eta: float, work
 
     backend = resolve_backend(backend)
     model_path = str(ensure_tiny_model(".cache/tiny-model").resolve())
+    params = {"backend": backend, "prompts_per_step": prompts, "responses_per_prompt": responses, "steps": steps,
+              "eta": eta, "prompt_sigma": prompt_sigma, "response_sigma": response_sigma, "env_step_s": env_step_s}
+    sync_t: list[float] = []
+    tail_t: list[float] = []
+    mode = ""  # the schedule being measured, for the error if its workers never stop
     started = init_ray(RayConfig())
     try:
         task = TaskConfig(name="tail", env_id="envs.tail_turns:TailTurnsEnv", max_turns=64, reward="env_return",
@@ -135,17 +158,19 @@ def run(backend: str, prompts: int, responses: int, steps: int, eta: float, work
         ray.get(engine.ping.remote())
         share = [TaskShare("tail", 1.0, responses)]
         in_flight = max(2, int(prompts * eta) // workers + 1)
-        sync_t, sync_batches, _ = _rollout_steps(TrajectoryBuffer, (share, prompts, 0, 0), task, model_path, engine,
-                                                 steps, workers, in_flight)
-        tail_t, tail_batches, tail_m = _rollout_steps(TailBatchingBuffer, (share, prompts, 0, eta), task, model_path,
-                                                      engine, steps, workers, in_flight)
+        mode = "sync"
+        sync_batches, _ = _rollout_steps(TrajectoryBuffer, (share, prompts, 0, 0), task, model_path, engine,
+                                         steps, workers, in_flight, sync_t)
+        mode = "tail"
+        tail_batches, tail_m = _rollout_steps(TailBatchingBuffer, (share, prompts, 0, eta), task, model_path,
+                                              engine, steps, workers, in_flight, tail_t)
+        mode = ""
         ray.get(engine.shutdown.remote())
         lengths = [t.num_turns for b in tail_batches for g in b for t in g]
         diffs = stream_update_diffs(model_path, tail_batches[-1])
         sync_s, tail_s = statistics.fmean(sync_t), statistics.fmean(tail_t)
         return {
-            "backend": backend, "prompts_per_step": prompts, "responses_per_prompt": responses, "steps": steps,
-            "eta": eta, "prompt_sigma": prompt_sigma, "response_sigma": response_sigma, "env_step_s": env_step_s,
+            **params,
             # The workload's tail as plain synchronous steps see it (RollPacker measured 25-32x).
             "sync_longest_over_median": round(longest_over_median(sync_batches), 1),
             "sync_rollout_s_per_step": round(sync_s, 3), "tail_rollout_s_per_step": round(tail_s, 3),
@@ -156,16 +181,31 @@ def run(backend: str, prompts: int, responses: int, steps: int, eta: float, work
             "tail_batching_speedup": round(sync_s / tail_s, 3),
             **diffs,
         }
+    except GetTimeoutError:
+        if not mode:
+            raise  # not the workers' wait: bench/cli.py's reporting_errors says what it was
+        # The steps measured are kept: their times are right, the run is not clean.
+        partial = {**params}
+        for name, times in (("sync", sync_t), ("tail", tail_t)):
+            if times:
+                partial[f"{name}_rollout_s_per_step"] = round(statistics.fmean(times), 3)
+                partial[f"{name}_step_s"] = [round(x, 2) for x in times]
+        partial["error"] = (f"the {mode} schedule's rollout workers had not returned {RUNS_STOP_TIMEOUT_S:g} s after "
+                            "they were told to stop (ray.get timed out), so a worker is stuck: see Ray's worker "
+                            "logs (by default /tmp/ray/session_latest/logs); the steps measured before are kept")
+        if not started:  # a Ray this run did not start lives on: the engine with it
+            ray.kill(engine)
+        return partial
     finally:
         if started:
-            ray.shutdown()
+            ray.shutdown()  # also ends a stuck worker
 
 
 def _main(args) -> int:
     from roll_agentic.bench.cli import report
 
     return report(run(args.backend, args.prompts, args.responses, args.steps, args.eta, args.workers,
-                      args.prompt_sigma, args.response_sigma, args.env_step_s), args.json)
+                      args.prompt_sigma, args.response_sigma, args.env_step_s), args.json, "tail")
 
 
 def add_parser(subparsers) -> None:
@@ -182,4 +222,4 @@ def add_parser(subparsers) -> None:
     p.add_argument("--env-step-s", type=non_negative, default=0.1,
                    help="wall time of each env step (a tool call that waits, not computes)")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
-    p.set_defaults(func=_main)
+    p.set_defaults(func=reporting_errors("tail", _main))

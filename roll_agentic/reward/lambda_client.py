@@ -35,9 +35,27 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from roll_agentic import faults
 from roll_agentic.reward.outcome import RewardOutcome, parse_reward
 
+# A client's read timeout is the function's Timeout plus these two allowances.
+# On a cold start AWS first runs the function's Init phase (extensions, the
+# runtime, the handler module's imports and top-level code), and the
+# function's Timeout starts counting only after it: "The Init phase is limited
+# to 10 seconds" (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html;
+# past 10 s Init is retried inside the invocation, under the Timeout). Without
+# the allowance a cold invocation of a function with a short Timeout was cut
+# off client-side while AWS would still answer, and the retry ran it again.
+LAMBDA_INIT_ALLOWANCE_S = 10.0
+# The rest of the round trip beyond the function's run: network, queueing in
+# the service, the response's transfer.
+READ_TIMEOUT_SLACK_S = 5.0
+
 _BILLED = re.compile(r"Billed Duration: ([\d.]+) ms")
 _MEMORY = re.compile(r"Memory Size: (\d+) MB")
 _INIT = re.compile(r"Init Duration: ([\d.]+) ms")
+
+
+def read_timeout_s(function_timeout_s: float) -> float:
+    """How long a client waits for an Invoke of a function whose Timeout is `function_timeout_s`."""
+    return float(function_timeout_s) + LAMBDA_INIT_ALLOWANCE_S + READ_TIMEOUT_SLACK_S
 
 
 @dataclass
@@ -102,17 +120,17 @@ class ServerlessRewardClient:
         return self.prefix + function
 
     def _client_waiting(self, timeout_s: float) -> Any:
-        """A client whose reads wait out a function of this Timeout (5 s beyond it)."""
+        """A client whose reads wait out a function of this Timeout, cold start included (`read_timeout_s`)."""
         from serverless.deploy import lambda_client
 
-        read_timeout_s = float(timeout_s) + 5.0
+        wait_s = read_timeout_s(timeout_s)
         with self._clients_lock:
-            if read_timeout_s not in self._clients:
-                self._clients[read_timeout_s] = lambda_client(
-                    self._endpoint_url, self._region, read_timeout_s=read_timeout_s,
+            if wait_s not in self._clients:
+                self._clients[wait_s] = lambda_client(
+                    self._endpoint_url, self._region, read_timeout_s=wait_s,
                     max_pool_connections=self._max_concurrency, max_attempts=1,
                 )
-            return self._clients[read_timeout_s]
+            return self._clients[wait_s]
 
     def _client_for(self, name: str) -> Any:
         """The client to invoke `name` with: it waits as long as the function may run.

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from roll_agentic.arg_types import at_least
+from roll_agentic.arg_types import at_least, at_most
 from roll_agentic.sim.options import RollMuxOptions
 from roll_agentic.sim.trace import Trace, WorkloadSpec, generate_trace
 
@@ -29,6 +29,73 @@ if TYPE_CHECKING:
 
 
 MIN_REPLAN_H = 0.1  # re-plans cost scheduler time as 1 / HOURS: 1e-4 h ran for minutes on 5 jobs
+
+# Upper bounds of the flags that size a run, checked as the command line is read.
+# Past them a run does not fail: it runs for hours or fills memory and says
+# nothing (`sim scale --jobs 10000000`). Each leaves room well past the runs
+# README measures; the message says what the limit is for.
+# compare, repack: a generated trace spans 14 days whatever its size, so more jobs run at
+# once and time grows faster than the count (200 jobs: 11 s; 2,000: 8 min on a loaded 2-core box).
+MAX_JOBS = 5_000
+# scale: its trace's span grows with its jobs, so time grows about linearly (2,000 jobs: 45 s).
+MAX_SCALE_JOBS = 20_000
+MAX_OPTIMALITY_JOBS = 12  # the exhaustive search is for "up to ~8 jobs" (sim/optimal.py)
+MAX_INSTANCES = 200  # README's run: 20 instances
+MAX_BUDGET = 20_000_000  # README's largest: 2,000,000 placements per instance, 9 min
+MAX_SCALE_TRAIN = 16  # README's runs use 1; a generated job trains on 1 or 2 nodes
+MAX_SNAPSHOTS = 100  # README's run: 6 (the default)
+JOBS_WHY = (
+    "a generated trace spans 14 days whatever its size, so more jobs run at once and the run time "
+    "grows faster than the job count (200 jobs take about 10 s, 2000 several minutes): a larger "
+    "trace runs for hours. For more samples at the usual size: sim compare --seeds 0-9"
+)
+SCALE_JOBS_WHY = (
+    "the run time grows with the job count (2000 jobs, README's run, take about 45 s), so a larger "
+    "trace runs for hours"
+)
+OPTIMALITY_JOBS_WHY = (
+    "the optimum is an exhaustive search whose size grows exponentially with the jobs of an "
+    "instance; past about 8 it rarely finishes within --budget, and its 'optimum' is then only "
+    "the best placement found (search_complete false)"
+)
+INSTANCES_WHY = (
+    "each instance runs its own exhaustive search (seconds to minutes); README uses 20. For "
+    "other draws of instances, change --seed"
+)
+BUDGET_WHY = (
+    "the budget is placements tried per instance, each a simulated round-robin run; README's "
+    "largest, 2000000, took 9 min for 20 instances"
+)
+SCALE_TRAIN_WHY = (
+    "a generated job trains on 1 or 2 nodes and each node added brings 0.9 of one, so a few more "
+    "is where it pays (README's figures use 1); every count up to N is planned for every job, so "
+    "scheduler time grows with N"
+)
+SNAPSHOTS_WHY = "each snapshot re-places every running job from scratch; the default is 6"
+
+
+def _seed_ranges(text: str) -> str:
+    """An argparse type for `--seeds`: a range wider than `MAX_SEEDS` is refused before it is listed.
+
+    `parse_seeds` (run later, for every other check) lists a range's seeds
+    before it counts them: `--seeds 0-30000000` took 1.2 GB and 8 s to be told
+    it names too many, and a few more zeros ran out of memory. Only each
+    `LO-HI`'s width is checked here; the rest of the syntax is `parse_seeds`'s.
+    """
+    from roll_agentic.sim.seeds import MAX_SEEDS
+
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        try:
+            width = int(hi) - int(lo) + 1 if dash else 1
+        except ValueError:
+            continue  # not a range of integers: parse_seeds says what is wrong with it
+        if width > MAX_SEEDS:
+            raise argparse.ArgumentTypeError(
+                f"{part.strip()!r} names {width} seeds, more than {MAX_SEEDS}: each seed is one "
+                "full comparison (about 10 s at 200 jobs), so a typo such as 0-1000 would run for hours"
+            )
+    return text
 
 
 def _hours(text: str) -> float:
@@ -366,9 +433,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     sub = sim.add_subparsers(dest="sim_command", required=True)
 
-    def common(p: argparse.ArgumentParser, jobs: int, min_jobs: int = 1) -> None:
+    def common(
+        p: argparse.ArgumentParser,
+        jobs: int,
+        min_jobs: int = 1,
+        max_jobs: int = MAX_JOBS,
+        jobs_why: str = JOBS_WHY,
+    ) -> None:
         p.add_argument(
-            "--jobs", type=at_least(min_jobs), default=jobs, help=f"number of jobs (default {jobs})"
+            "--jobs",
+            type=at_most(min_jobs, max_jobs, jobs_why),
+            default=jobs,
+            help=f"number of jobs (default {jobs}, at most {max_jobs})",
         )
         p.add_argument("--seed", type=at_least(0), default=0, help="seed of the generated trace(s)")
         p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
@@ -393,12 +469,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         )
         p.add_argument(
             "--scale-train",
-            type=at_least(0),
+            type=at_most(0, MAX_SCALE_TRAIN, SCALE_TRAIN_WHY),
             default=0,
             metavar="N",
             help="let a joining job train on up to N training nodes beyond its own, opened for "
             "it, when its shorter training lets it share (beyond the paper; pays off with "
-            "--rehome, which moves a job left alone on them)",
+            f"--rehome, which moves a job left alone on them; at most {MAX_SCALE_TRAIN})",
         )
         p.add_argument(
             "--no-migration",
@@ -437,6 +513,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     _replan_option(p)
     p.add_argument(
         "--seeds",
+        type=_seed_ranges,
         metavar="LIST",
         help="compare on one generated trace per seed, e.g. 0-4 or 0,3,7: a row per seed and "
         "the min / mean / max over them (instead of --seed)",
@@ -450,16 +527,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.set_defaults(func=_reporting_errors(_compare))
 
     p = sub.add_parser("optimality", help="RollMux vs brute-force optimum on small instances")
-    common(p, 8, min_jobs=3)  # instances draw 3 to --jobs jobs
+    # Instances draw 3 to --jobs jobs, each solved by exhaustive search: a limit of its own.
+    common(p, 8, min_jobs=3, max_jobs=MAX_OPTIMALITY_JOBS, jobs_why=OPTIMALITY_JOBS_WHY)
     p.add_argument(
-        "--instances", type=at_least(1), default=20, help="number of random instances"
+        "--instances",
+        type=at_most(1, MAX_INSTANCES, INSTANCES_WHY),
+        default=20,
+        help=f"number of random instances (at most {MAX_INSTANCES})",
     )
     p.add_argument(
         "--budget",
-        type=at_least(1),
+        type=at_most(1, MAX_BUDGET, BUDGET_WHY),
         default=10_000,
         help="placements the search may try per instance (each one a memoised round-robin "
-        "run); past it the optimum is the best found (reported as search_complete=false)",
+        "run); past it the optimum is the best found (reported as search_complete=false; "
+        f"at most {MAX_BUDGET})",
     )
     p.add_argument(
         "--one-by-one",
@@ -470,18 +552,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.set_defaults(func=_reporting_errors(_optimality))
 
     p = sub.add_parser("scale", help="scheduler time to place a large trace")
-    common(p, 2000)
+    common(p, 2000, max_jobs=MAX_SCALE_JOBS, jobs_why=SCALE_JOBS_WHY)
     _replan_option(p)
     p.set_defaults(func=_reporting_errors(_scale))
 
     p = sub.add_parser(
         "repack", help="online RollMux vs the running jobs re-placed from scratch, at instants"
     )
-    p.add_argument("--jobs", type=at_least(1), default=200, help="number of jobs (default 200)")
+    p.add_argument(
+        "--jobs",
+        type=at_most(1, MAX_JOBS, JOBS_WHY),
+        default=200,
+        help=f"number of jobs (default 200, at most {MAX_JOBS})",
+    )
     p.add_argument("--seed", type=at_least(0), default=0, help="seed of the generated trace")
     p.add_argument("--trace", help="a trace JSON file (default: generate one from --jobs/--seed)")
     p.add_argument(
-        "--snapshots", type=at_least(1), default=6, help="instants to compare at (default 6)"
+        "--snapshots",
+        type=at_most(1, MAX_SNAPSHOTS, SNAPSHOTS_WHY),
+        default=6,
+        help=f"instants to compare at (default 6, at most {MAX_SNAPSHOTS})",
     )
     p.add_argument("--no-migration", action="store_true", help="turn off long-tail migration")
     p.add_argument(
