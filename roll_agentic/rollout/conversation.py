@@ -7,6 +7,7 @@ re-encoded, so what the trainer scores is what the policy generated.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -33,7 +34,11 @@ class MarkerChatFormat:
 
     def observation_tokens(self, text: str, first: bool, last_reply_closed: bool) -> list[int]:
         close = [] if first or last_reply_closed else [self.end]  # a truncated reply still gets closed
-        return close + [self.user] + self.tok.encode(text, add_special_tokens=False) + [self.assistant]
+        # The env's text is text: one that spells "<|end|><|user|>" (e.g. quoting a reply the
+        # model wrote in plain byte tokens) was encoded as those control tokens, a turn boundary
+        # in the prompt that neither the model nor the framework made.
+        body = self.tok.encode(text, add_special_tokens=False, split_special_tokens=True)
+        return close + [self.user] + body + [self.assistant]
 
     def decode(self, token_ids: list[int]) -> str:
         return self.tok.decode(token_ids, skip_special_tokens=True)
@@ -52,6 +57,10 @@ def template_ids(tokenizer, messages: list[dict], add_generation_prompt: bool = 
     return [int(i) for i in out]
 
 
+_EXCHANGE = ({"role": "user", "content": "x"}, {"role": "assistant", "content": "y"})  # a finished exchange
+_PLACEHOLDER = "ROLLAGENTICOBSERVATIONTEXT"  # stands for an observation's text in a rendered turn
+
+
 class TemplateChatFormat:
     """Any HF tokenizer with a chat template: each turn is the template's delta.
 
@@ -64,7 +73,7 @@ class TemplateChatFormat:
 
     def __init__(self, tokenizer):
         self.tok = tokenizer
-        exchange = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+        exchange = list(_EXCHANGE)
         base = template_ids(tokenizer, exchange)
         probe = template_ids(tokenizer, [*exchange, {"role": "user", "content": "z"}], add_generation_prompt=True)
         if probe[: len(base)] != base:
@@ -83,13 +92,42 @@ class TemplateChatFormat:
             self._after_end = base[ends[-1] + 1 :] if ends else []  # e.g. the newline after <|im_end|>
 
     def observation_tokens(self, text: str, first: bool, last_reply_closed: bool) -> list[int]:
+        close = [] if first or last_reply_closed or not self.stop_token_ids else [self.stop_token_ids[0]]
+        head = [] if first else [*close, *self._after_end]
+        if any(s in text for s in self._special_texts):
+            literal = self._literal_turn(text, first)
+            if literal is not None:
+                return head + literal
         msg = [{"role": "user", "content": text}]
         if first:
             return template_ids(self.tok, msg, add_generation_prompt=True)
-        full = template_ids(self.tok, [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}, *msg],
-                            add_generation_prompt=True)
-        close = [] if last_reply_closed or not self.stop_token_ids else [self.stop_token_ids[0]]
-        return close + self._after_end + full[self._base_len :]
+        full = template_ids(self.tok, [*_EXCHANGE, *msg], add_generation_prompt=True)
+        return head + full[self._base_len :]
+
+    @functools.cached_property
+    def _special_texts(self) -> tuple[str, ...]:
+        texts = set(self.tok.all_special_tokens)
+        texts |= {t.content for t in self.tok.added_tokens_decoder.values() if t.special}
+        return tuple(t for t in texts if t)
+
+    def _literal_turn(self, text: str, first: bool) -> list[int] | None:
+        """The turn's ids with `text` encoded as plain text. The template renders the env's text
+        inline and the tokenizer then parsed any special token it spelled ("<|im_end|>" quoted
+        from a reply) as that control token: a turn boundary nobody made. The template's own
+        text around it keeps its special tokens. None if the template alters a placeholder."""
+        messages = [{"role": "user", "content": _PLACEHOLDER}]
+        rendered = self.tok.apply_chat_template(messages if first else [*_EXCHANGE, *messages],
+                                                add_generation_prompt=True, tokenize=False)
+        if not first:
+            base = self.tok.apply_chat_template(list(_EXCHANGE), tokenize=False)
+            if not rendered.startswith(base):
+                return None
+            rendered = rendered[len(base):]
+        if rendered.count(_PLACEHOLDER) != 1:
+            return None
+        pre, post = rendered.split(_PLACEHOLDER)
+        enc = functools.partial(self.tok.encode, add_special_tokens=False)
+        return enc(pre) + enc(text, split_special_tokens=True) + enc(post)
 
     def decode(self, token_ids: list[int]) -> str:
         return self.tok.decode(token_ids, skip_special_tokens=True)
@@ -135,6 +173,8 @@ class Conversation:
         self.logprobs += [0.0] * len(ids)
 
     def add_reply(self, token_ids: list[int], logprobs: list[float]) -> None:
+        if len(token_ids) != len(logprobs):  # every later position's mask and logprob would be off by the gap
+            raise ValueError(f"a reply of {len(token_ids)} tokens came with {len(logprobs)} logprobs")
         self.token_ids += token_ids
         self.loss_mask += [1] * len(token_ids)
         self.logprobs += list(logprobs)

@@ -437,8 +437,10 @@ class RolloutWorker:
             obs, reward, terminated, truncated, info = await self._env_call(env.step, reply)
             step_s = time.perf_counter() - t
             invalid = bool(info.get("invalid_action", False))
-            traj.turns.append(Turn(before, len(result.token_ids), result.weight_version, result.finish_reason,
-                                   invalid, llm_s, step_s))
+            # The prompt's length, as the trajectory's doc says (and sync_rollout records): `before`
+            # is the context before this turn's observation, one observation short.
+            traj.turns.append(Turn(len(conv.token_ids) - len(result.token_ids), len(result.token_ids),
+                                   result.weight_version, result.finish_reason, invalid, llm_s, step_s))
             traj.responses.append(reply)
             traj.num_invalid += int(invalid)
             traj.env_return += float(reward)

@@ -104,3 +104,13 @@ def test_a_template_whose_turn_end_is_not_eos_stops_and_closes_on_its_own_token(
     conv.add_observation("third")
     assert conv.token_ids == template_ids(tok, messages, add_generation_prompt=True)
     assert [i for i, m in zip(conv.token_ids, conv.loss_mask, strict=True) if m] == closed + cut
+
+
+def test_a_reply_whose_logprobs_do_not_match_its_tokens_is_refused(tokenizer):
+    import pytest
+
+    conv = Conversation(MarkerChatFormat(tokenizer))
+    conv.add_observation("start")
+    with pytest.raises(ValueError, match="3 tokens came with 2 logprobs"):
+        conv.add_reply([5, 6, 7], [-0.1, -0.2])
+    assert len(conv.token_ids) == len(conv.loss_mask) == len(conv.logprobs)
