@@ -27,6 +27,7 @@ from roll_agentic.engine.engine_client import (
     REQUEST_TIMEOUT_S,
     BatchingEngineClient,
     EngineRefusedRequest,
+    EngineRequestError,
 )
 from roll_agentic.engine.protocol import SamplingParams
 from roll_agentic.engine.router_client import CoalescingRouterClient
@@ -427,6 +428,12 @@ class RolloutWorker:
                 self.engines[engine_index].abort.remote(request_id)
                 raise
             llm_s = time.perf_counter() - t
+            if result.finish_reason == "abort":
+                # The engine ended a request this episode did not cancel (it is shutting
+                # down): a cut reply the policy never finished. Stored, it was sent to the
+                # env and trained on; now the episode retries on another engine.
+                raise EngineRequestError(f"engine {engine_index} aborted request {request_id} "
+                                         f"after {len(result.token_ids)} tokens")
             if traj.start_version < 0:
                 traj.start_version = result.weight_version
             if result.weight_version - traj.start_version > self.alpha:

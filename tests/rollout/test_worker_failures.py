@@ -150,3 +150,35 @@ def test_an_info_flag_without_a_truth_value_fails_the_env_not_the_engine(tiny_mo
     assert traj.status == "env_failed"
     assert "step: info['success'] must be a bool, got ndarray" in traj.error
     assert worker.counters["engine_failures"] == 0 and worker.counters["env_failures"] == 4
+
+
+def test_a_request_the_engine_aborts_on_its_own_is_retried_not_trained_on(tiny_model_path):
+    """An engine shutting down answers its held requests with finish_reason "abort" and
+    the tokens made so far. The worker stored that cut reply as a turn, stepped the env
+    with it and trained on it; it is now an engine failure, and the episode retries."""
+    from roll_agentic.engine.protocol import GenerationResult
+
+    async def main():
+        engine, buffer, worker = _setup(tiny_model_path, alpha=1, delay=0.0)
+        real = engine.engine.generate
+        aborted: list[str] = []
+
+        async def abort_once(token_ids, sampling, request_id):
+            if not aborted:
+                aborted.append(request_id)
+                result = await real(token_ids, sampling, request_id)
+                return GenerationResult(result.token_ids[:1], result.logprobs[:1], "abort", result.weight_version)
+            return await real(token_ids, sampling, request_id)
+
+        engine.engine.generate = abort_once
+        run = asyncio.ensure_future(worker.run())
+        [group] = await asyncio.wait_for(buffer.get_batch(1, version=0), 60)
+        await buffer.stop()
+        await worker.stop()
+        await asyncio.wait_for(run, 30)
+        return group, worker, aborted
+
+    group, worker, aborted = asyncio.run(main())
+    assert len(aborted) == 1 and worker.counters["engine_failures"] == 1
+    for traj in group:
+        assert traj.status == "ok" and all(t.finish_reason != "abort" for t in traj.turns)
