@@ -18,7 +18,9 @@ drifts over minutes, and a pair shares its moment.
 
 A run that times out waiting for its workers still ends with the JSON line:
 `error` says what timed out, beside the rounds measured before it; the exit
-status is then 1 (`bench/cli.py`'s `report`).
+status is then 1 (`bench/cli.py`'s `report`). Every wait has a limit, each
+round's too (`ROUND_TIMEOUT_S`): before, only the final one had, and a stuck
+actor mid-run hung the benchmark for ever.
 """
 
 from __future__ import annotations
@@ -35,6 +37,29 @@ from roll_agentic.bench.cli import reporting_errors
 # After stop(), a worker's run() returns once its groups in flight end (a few
 # decodes here): a minute is far past that, so a timeout means a stuck worker.
 RUNS_STOP_TIMEOUT_S = 60.0
+# Every other wait of a round (the framework's batch, the raw engine's run, a stop)
+# takes seconds (README's run: 128 episodes of 128 tokens of the tiny model a round):
+# ten minutes means a stuck actor, where the run used to wait for ever.
+ROUND_TIMEOUT_S = 600.0
+# The engine's start loads the model (vLLM also compiles it and captures CUDA graphs):
+# minutes at most on a cold machine.
+ENGINE_START_TIMEOUT_S = 1800.0
+
+
+class StuckWait(GetTimeoutError):
+    """A wait of a benchmark past its limit (`timed_get`): what it waited for, and how long."""
+
+    def __init__(self, what: str, timeout_s: float):
+        super().__init__(f"{what} had not returned after {timeout_s:g} s (ray.get timed out)")
+        self.what, self.timeout_s = what, timeout_s
+
+
+def timed_get(ref, what: str, timeout_s: float = ROUND_TIMEOUT_S):
+    """`ray.get(ref)` within `timeout_s`; past it StuckWait, naming `what` (a wait in words)."""
+    try:
+        return ray.get(ref, timeout=timeout_s)
+    except GetTimeoutError:
+        raise StuckWait(what, timeout_s) from None
 
 
 def figures(framework: list[float], raw: list[float]) -> dict:
@@ -77,12 +102,14 @@ def run(backend: str, episodes: int, max_tokens: int, group_size: int, workers: 
     framework: list[float] = []
     raw: list[float] = []
     error = ""
+    spawned: list = []  # the actors started so far: a run that times out kills them
     started = init_ray(RayConfig())
     try:
         task = TaskConfig(name="single", env_id="envs.single_turn:SingleTurnPrompt", max_turns=1,
                           reward="env_return", group_size=group_size, max_new_tokens=max_tokens)
         engine = engine_actor_class(num_cpus=1).remote(backend, model_path, EngineConfig(max_batch=256))
-        ray.get(engine.ping.remote())
+        spawned.append(engine)
+        timed_get(engine.ping.remote(), "the engine's start", ENGINE_START_TIMEOUT_S)
         router = ray.remote(num_cpus=0)(Router).remote([("default", "any")], {"single": "default"})
         # As training runs it (its default): the next step's envs are reset and its
         # prompts built before the step opens; the timer starts when it opens.
@@ -92,6 +119,7 @@ def run(backend: str, episodes: int, max_tokens: int, group_size: int, workers: 
         actors = [ray.remote(num_cpus=0)(RolloutWorker).remote(
             i, [task], model_path, [engine], router, buffer, 0, 1.0, 1.0, 2048, RewardConfig(mode="local"), "",
             max(1, groups // workers), 60.0) for i in range(workers)]
+        spawned += [router, buffer, *actors]
         runs = [w.run.remote() for w in actors]
 
         tok = AutoTokenizer.from_pretrained(model_path)
@@ -101,15 +129,15 @@ def run(backend: str, episodes: int, max_tokens: int, group_size: int, workers: 
         # Two warm-up rounds (actors, code paths, the engine): with one, the first
         # measured round was the slowest in 7 runs of 7, by 20-40 %. The raw side
         # warms up before each of its runs.
-        ray.get(buffer.get_batch.remote(groups, 0))
-        ray.get(buffer.advance.remote(1))
-        ray.get(buffer.get_batch.remote(groups, 0))
+        timed_get(buffer.get_batch.remote(groups, 0), "warm-up round 1's framework batch")
+        timed_get(buffer.advance.remote(1), "warm-up round 2's opening")
+        timed_get(buffer.get_batch.remote(groups, 0), "warm-up round 2's framework batch")
         for step in range(2, repeats + 2):
             t0 = time.perf_counter()
             # Opens the next round's tickets. The weights never change here, so
             # batches are taken at version 0: nothing is stale.
-            ray.get(buffer.advance.remote(step))
-            batch = ray.get(buffer.get_batch.remote(groups, 0))
+            timed_get(buffer.advance.remote(step), f"round {step - 1}'s opening")
+            batch = timed_get(buffer.get_batch.remote(groups, 0), f"round {step - 1}'s framework batch")
             elapsed = time.perf_counter() - t0
             trajs = [t for g in batch for t in g]
             framework.append(sum(sum(t.loss_mask) for t in trajs) / elapsed)
@@ -117,18 +145,24 @@ def run(backend: str, episodes: int, max_tokens: int, group_size: int, workers: 
             for t in trajs:  # the very prompts the framework sent
                 obs, _ = SingleTurnPrompt().reset(seed=t.seed)
                 prompts.append(fmt.observation_tokens(obs, first=True, last_reply_closed=True))
-            raw.append(ray.get(engine.raw_tokens_per_s.remote(prompts, sampling)))
-        ray.get(buffer.stop.remote())
-        for w in actors:
-            ray.get(w.stop.remote())
+            raw.append(timed_get(engine.raw_tokens_per_s.remote(prompts, sampling),
+                                 f"round {step - 1}'s raw engine run"))
+        timed_get(buffer.stop.remote(), "the buffer's stop")
+        for i, w in enumerate(actors):
+            timed_get(w.stop.remote(), f"rollout worker {i}'s stop")
         ray.get(runs, timeout=RUNS_STOP_TIMEOUT_S)
-        ray.get(engine.shutdown.remote())
-    except GetTimeoutError:
+        timed_get(engine.shutdown.remote(), "the engine's shutdown")
+    except GetTimeoutError as err:
         # The rounds measured are kept: their figures are right, the run is not clean.
-        error = (f"the rollout workers had not returned {RUNS_STOP_TIMEOUT_S:g} s after they were told to stop "
-                 "(ray.get timed out), so a worker is stuck: see Ray's worker logs (by default "
-                 f"/tmp/ray/session_latest/logs); the {len(framework)} rounds measured before are kept")
-        for actor in [*actors, buffer, router, engine]:  # a Ray this run did not start lives on
+        if isinstance(err, StuckWait):
+            error = (f"{err}, so an actor (a rollout worker, the buffer or the engine) is stuck: see Ray's "
+                     "worker logs (by default /tmp/ray/session_latest/logs); the "
+                     f"{min(len(framework), len(raw))} rounds measured before are kept")
+        else:
+            error = (f"the rollout workers had not returned {RUNS_STOP_TIMEOUT_S:g} s after they were told to "
+                     "stop (ray.get timed out), so a worker is stuck: see Ray's worker logs (by default "
+                     f"/tmp/ray/session_latest/logs); the {len(framework)} rounds measured before are kept")
+        for actor in reversed(spawned):  # the workers first; a Ray this run did not start lives on
             ray.kill(actor)
     finally:
         if started:

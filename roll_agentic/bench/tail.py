@@ -22,7 +22,9 @@ float32 beside it, with its rerun floor: see stream_update_diffs).
 
 A run that times out waiting for its workers still ends with the JSON line:
 `error` says which schedule's workers were stuck, beside the steps measured
-before it; the exit status is then 1 (`bench/cli.py`'s `report`).
+before it; the exit status is then 1 (`bench/cli.py`'s `report`). Every wait
+has a limit, each step's too (`STEP_TIMEOUT_S`): before, only the final one
+had, and a stuck actor mid-run hung the benchmark for ever.
 """
 
 from __future__ import annotations
@@ -36,10 +38,16 @@ from ray.exceptions import GetTimeoutError
 
 from roll_agentic.arg_types import at_least, non_negative, positive
 from roll_agentic.bench.cli import reporting_errors
+from roll_agentic.bench.engine import ENGINE_START_TIMEOUT_S, StuckWait, timed_get
 
 # After stop(), a worker's run() returns once its episodes in flight end: a few
 # env steps of `--env-step-s` each, seconds. Two minutes means a stuck worker.
 RUNS_STOP_TIMEOUT_S = 120.0
+# Every other wait of a step (its opening, its batch, the buffer's metrics, a stop):
+# a step's longest episode is about 25x its median, 64 turns at most of
+# `--env-step-s` each, seconds to a minute; ten minutes means a stuck actor, where
+# the run used to wait for ever.
+STEP_TIMEOUT_S = 600.0
 
 
 def _rollout_steps(buffer_cls, buffer_args, task, model_path, engine, steps: int, workers: int,
@@ -62,22 +70,23 @@ def _rollout_steps(buffer_cls, buffer_args, task, model_path, engine, steps: int
     runs = [w.run.remote() for w in actors]
     p0 = buffer_args[1]
     batches = []
-    ray.get(buffer.get_batch.remote(p0, 0))  # warm-up step, not measured: actor and engine start-up
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        # Weights never change: version 0 throughout (a round of a later version would
-        # take the engine's v0 turns for stale ones).
-        ray.get(buffer.advance.remote(0))
-        batch = ray.get(buffer.get_batch.remote(p0, 0))
-        times.append(time.perf_counter() - t0)
-        batches.append(batch)
-    metrics = ray.get(buffer.metrics.remote())
-    ray.get(buffer.stop.remote())
-    for w in actors:
-        ray.get(w.stop.remote())
     try:
+        # Warm-up step, not measured: actor and engine start-up.
+        timed_get(buffer.get_batch.remote(p0, 0), "warm-up step's batch", STEP_TIMEOUT_S)
+        for step in range(1, steps + 1):
+            t0 = time.perf_counter()
+            # Weights never change: version 0 throughout (a round of a later version would
+            # take the engine's v0 turns for stale ones).
+            timed_get(buffer.advance.remote(0), f"step {step}'s opening", STEP_TIMEOUT_S)
+            batch = timed_get(buffer.get_batch.remote(p0, 0), f"step {step}'s batch", STEP_TIMEOUT_S)
+            times.append(time.perf_counter() - t0)
+            batches.append(batch)
+        metrics = timed_get(buffer.metrics.remote(), "the buffer's metrics", STEP_TIMEOUT_S)
+        timed_get(buffer.stop.remote(), "the buffer's stop", STEP_TIMEOUT_S)
+        for i, w in enumerate(actors):
+            timed_get(w.stop.remote(), f"rollout worker {i}'s stop", STEP_TIMEOUT_S)
         ray.get(runs, timeout=RUNS_STOP_TIMEOUT_S)
-    finally:  # a stuck worker too: the next mode must not share the engine with it
+    finally:  # a stuck actor too: the next mode must not share the engine with it
         for a in [*actors, buffer, router]:
             ray.kill(a)
     return batches, metrics
@@ -155,7 +164,7 @@ def run(backend: str, prompts: int, responses: int, steps: int, eta: float, work
                                       "step_latency_s": env_step_s})
         engine = engine_actor_class(num_cpus=1).remote(backend, model_path, EngineConfig(max_batch=256,
                                                                                         max_model_len=2048))
-        ray.get(engine.ping.remote())
+        timed_get(engine.ping.remote(), "the engine's start", ENGINE_START_TIMEOUT_S)
         share = [TaskShare("tail", 1.0, responses)]
         in_flight = max(2, int(prompts * eta) // workers + 1)
         mode = "sync"
@@ -165,7 +174,7 @@ def run(backend: str, prompts: int, responses: int, steps: int, eta: float, work
         tail_batches, tail_m = _rollout_steps(TailBatchingBuffer, (share, prompts, 0, eta), task, model_path,
                                               engine, steps, workers, in_flight, tail_t)
         mode = ""
-        ray.get(engine.shutdown.remote())
+        timed_get(engine.shutdown.remote(), "the engine's shutdown", STEP_TIMEOUT_S)
         lengths = [t.num_turns for b in tail_batches for g in b for t in g]
         diffs = stream_update_diffs(model_path, tail_batches[-1])
         sync_s, tail_s = statistics.fmean(sync_t), statistics.fmean(tail_t)
@@ -181,18 +190,24 @@ def run(backend: str, prompts: int, responses: int, steps: int, eta: float, work
             "tail_batching_speedup": round(sync_s / tail_s, 3),
             **diffs,
         }
-    except GetTimeoutError:
+    except GetTimeoutError as err:
         if not mode:
-            raise  # not the workers' wait: bench/cli.py's reporting_errors says what it was
+            raise  # not a schedule's wait: bench/cli.py's reporting_errors says what it was
         # The steps measured are kept: their times are right, the run is not clean.
         partial = {**params}
         for name, times in (("sync", sync_t), ("tail", tail_t)):
             if times:
                 partial[f"{name}_rollout_s_per_step"] = round(statistics.fmean(times), 3)
                 partial[f"{name}_step_s"] = [round(x, 2) for x in times]
-        partial["error"] = (f"the {mode} schedule's rollout workers had not returned {RUNS_STOP_TIMEOUT_S:g} s after "
-                            "they were told to stop (ray.get timed out), so a worker is stuck: see Ray's worker "
-                            "logs (by default /tmp/ray/session_latest/logs); the steps measured before are kept")
+        if isinstance(err, StuckWait):  # a wait of a step, or a stop
+            partial["error"] = (f"in the {mode} schedule, {err}, so an actor (a rollout worker, the buffer or the "
+                                "engine) is stuck: see Ray's worker logs (by default /tmp/ray/session_latest/logs); "
+                                "the steps measured before are kept")
+        else:
+            partial["error"] = (f"the {mode} schedule's rollout workers had not returned {RUNS_STOP_TIMEOUT_S:g} s "
+                                "after they were told to stop (ray.get timed out), so a worker is stuck: see Ray's "
+                                "worker logs (by default /tmp/ray/session_latest/logs); the steps measured before "
+                                "are kept")
         if not started:  # a Ray this run did not start lives on: the engine with it
             ray.kill(engine)
         return partial

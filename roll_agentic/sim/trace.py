@@ -79,6 +79,11 @@ MAX_ARRIVAL_H = 87_600.0  # ten years
 # phase walks its job's nodes, so 1,000 rollout nodes took 17 s for a single
 # job, 10,000 ran past minutes, and a typo of 1000000 never finished.
 MAX_NODES = 1024
+# Jobs of one trace file (`--trace`): `sim compare --jobs`'s own limit (`cli_limits.MAX_JOBS`
+# is this). Every job of a trace is simulated under every policy, and the more of them run
+# at once the more each placement weighs (2,000 jobs over 14 days: 8 min); a file of
+# millions of jobs ran for hours before a word.
+MAX_TRACE_JOBS = 5_000
 
 
 @dataclass(frozen=True)
@@ -136,7 +141,9 @@ class Trace:
         if str(path).lower().endswith(".csv"):
             from roll_agentic.sim.trace_csv import trace_from_csv
 
-            return trace_from_csv(path)
+            trace = trace_from_csv(path)
+            _check_job_count(path, len(trace.jobs))
+            return trace
         doc = read_doc(path, "trace", json.loads, json.JSONDecodeError, "JSON")
         if not isinstance(doc, dict) or not {"seed", "workload", "jobs"} <= doc.keys():
             raise ValueError(
@@ -149,6 +156,7 @@ class Trace:
             raise ValueError(f"trace {path}: 'workload' must be an object, got {doc['workload']!r}")
         if not isinstance(doc["jobs"], list) or not doc["jobs"]:
             raise ValueError(f"trace {path}: 'jobs' must be a non-empty list of jobs, got {doc['jobs']!r}")
+        _check_job_count(path, len(doc["jobs"]))  # before each job is read and checked
         wl = dict(doc["workload"])
         try:
             for key in ("size_weights", "kind_weights", "slo_range", "tail_sigma_range"):
@@ -191,6 +199,17 @@ class Trace:
         if problems:
             raise ValueError(f"trace {path}: " + listed_problems(problems))
         return cls(doc["seed"], workload, jobs)
+
+
+def _check_job_count(path: str | Path, count: int) -> None:
+    """ValueError naming the file and its job count past `MAX_TRACE_JOBS`."""
+    if count > MAX_TRACE_JOBS:
+        raise ValueError(
+            f"trace {path} has {count} jobs, more than {MAX_TRACE_JOBS} (the most --jobs allows): every "
+            "job is simulated under every policy and the run time grows faster than the job count "
+            "(2000 jobs take several minutes), so it would run for hours. Split it into traces "
+            f"of at most {MAX_TRACE_JOBS} jobs"
+        )
 
 
 def _whole(value: object) -> bool:

@@ -3,7 +3,8 @@
 Before, `sim scale --jobs 10000000` and `sim compare --scale-train 1000`
 started and ran for hours (or until memory ran out) without a word, and
 `--seeds 0-30000000` took 1.2 GB and 8 s just to be told it named too many
-seeds. Each bound is refused in one line naming the flag, the limit and why,
+seeds; `--replan-budget` took any number, each re-plan searching that many
+placements. Each bound is refused in one line naming the flag, the limit and why,
 with argparse's exit status 2, before anything is simulated.
 """
 
@@ -60,6 +61,11 @@ def test_at_most_takes_the_range_and_says_why_past_it():
         (["optimality", "--instances", "100000"], "--instances", cli.MAX_INSTANCES, "exhaustive search"),
         (["optimality", "--budget", "1000000000000"], "--budget", cli.MAX_BUDGET, "9 min"),
         (["repack", "--snapshots", "1000000"], "--snapshots", cli.MAX_SNAPSHOTS, "re-places"),
+        # Before, any budget was taken: each re-plan searched that many placements, for hours.
+        (["compare", "--replan-budget", "1000000"], "--replan-budget", cli.MAX_REPLAN_BUDGET,
+         "scheduler time grows with N"),
+        (["scale", "--replan-budget", str(cli.MAX_REPLAN_BUDGET + 1)], "--replan-budget", cli.MAX_REPLAN_BUDGET,
+         "README's largest, 100"),
     ],
 )
 def test_a_flag_past_its_limit_is_refused_before_anything_runs(argv, flag, limit, why, capsys):
@@ -96,6 +102,9 @@ def test_every_limit_itself_is_accepted():
                    "--budget", str(cli.MAX_BUDGET), "--scale-train", str(cli.MAX_SCALE_TRAIN)])
     assert (args.jobs, args.instances, args.budget, args.scale_train) == (
         cli.MAX_OPTIMALITY_JOBS, cli.MAX_INSTANCES, cli.MAX_BUDGET, cli.MAX_SCALE_TRAIN)
+    for command in ("compare", "scale"):
+        args = _parse([command, "--replan", "12", "--replan-budget", str(cli.MAX_REPLAN_BUDGET)])
+        assert args.replan_budget == cli.MAX_REPLAN_BUDGET
 
 
 def _readme_sim_commands() -> list[list[str]]:
@@ -120,6 +129,8 @@ def test_every_sim_command_in_the_readme_still_parses():
         ["compare", "--seeds", "5-9", "--rollout-fifo", "--share-any", "--rehome", "--scale-train", "1",
          "--bank-slack", "--json"],
         ["scale", "--jobs", "2000", "--rollout-fifo", "--share-any", "--rehome", "--scale-train", "1", "--json"],
+        ["scale", "--jobs", "2000", "--rollout-fifo", "--share-any", "--rehome", "--bank-slack", "--replan", "12",
+         "--replan-budget", "100", "--json"],  # README's "all five, --replan-budget 100"
     ]
     parser = _parser()
     for argv in commands:

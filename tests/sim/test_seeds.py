@@ -1,4 +1,5 @@
 import json
+import tracemalloc
 
 import pytest
 
@@ -32,6 +33,23 @@ def test_seed_lists_take_ranges_and_lists_in_the_order_given():
 def test_bad_seed_lists_are_refused_with_what_to_write(text, says):
     with pytest.raises(ValueError, match=says):
         parse_seeds(text)
+
+
+def test_a_range_too_wide_is_counted_not_listed():
+    """Before, `0-30000000` was listed (1.2 GB, 8 s) just to be refused; now its width is counted first."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=rf"^seed list '0-2000000' names more than {MAX_SEEDS} seeds$"):
+            parse_seeds("0-2000000")  # listed, about 60 MB
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000, peak
+    # Seeds before the range count toward the limit; the limit itself is taken.
+    with pytest.raises(ValueError, match=f"'0,1,3-{MAX_SEEDS + 1}' names more than {MAX_SEEDS} seeds"):
+        parse_seeds(f"0,1,3-{MAX_SEEDS + 1}")  # 2 + 63
+    assert parse_seeds(f"0,1,3-{MAX_SEEDS}") == [0, 1, *range(3, MAX_SEEDS + 1)]  # 2 + 62
+    assert len(parse_seeds(f"0-{MAX_SEEDS - 1}")) == MAX_SEEDS
 
 
 def test_every_seed_matches_its_own_comparison_and_workers_change_nothing():
