@@ -60,6 +60,7 @@ class BufferState:
 
 
 class TrajectoryBuffer:
+    keeps_long_queue = False  # tail batching restores a checkpoint's long queue itself
     def __init__(self, tasks: list[TaskShare], groups_per_step: int, alpha: int, seed: int = 0,
                  extra_groups: int = 0, prepare_ahead: bool = False):
         self.tasks = tasks
@@ -309,8 +310,13 @@ class TrajectoryBuffer:
         # task no longer configured has no worker that can play it (its ticket killed the
         # worker on a KeyError, and the trainer then waited forever), and a re-rolled
         # prompt gets the group size configured now.
+        saved = list(state["requeued"])
+        if not self.keeps_long_queue:
+            # A tail-batching run resumed in another mode: its deferred prompts (lost the race of
+            # a short round, never trained) are only in the long queue, which nothing else reads.
+            saved += [{"task": task, "seed": seed} for task, seed in state.get("long_queue", [])]
         self._requeued = deque(Ticket("", r["task"], r["seed"], self._group_size[r["task"]], self.state.version)
-                               for r in state["requeued"] if r["task"] in self._group_size)
+                               for r in saved if r["task"] in self._group_size)
 
     def metrics(self) -> dict[str, float]:
         m = {f"buffer/{k}": float(v) for k, v in vars(self.counters).items()}

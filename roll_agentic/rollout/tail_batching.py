@@ -46,6 +46,7 @@ from roll_agentic.rollout.trajectory import Ticket, Trajectory
 
 
 class TailBatchingBuffer(TrajectoryBuffer):
+    keeps_long_queue = True
     def __init__(self, tasks: list[TaskShare], groups_per_step: int, seed: int = 0, eta: float = 1.25,
                  eta_responses: float | None = None, fill_tasks: bool = True):
         super().__init__(tasks, groups_per_step, alpha=0, seed=seed)

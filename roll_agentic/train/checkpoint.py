@@ -5,7 +5,9 @@ A checkpoint is written into `step_000012.tmp-<pid>` and renamed into place
 only when every file is flushed; `latest` names the newest complete one and is
 itself replaced atomically. A loader only ever sees renamed directories, so a
 process killed mid-write leaves a stray .tmp directory that is ignored and
-swept, never a half-written checkpoint that gets loaded.
+swept, never a half-written checkpoint that gets loaded. A complete step newer
+than `latest` (killed between the rename and the pointer) is the one loaded,
+and a save drops complete steps after its own (a history the run went back from).
 """
 
 from __future__ import annotations
@@ -73,16 +75,28 @@ def save_checkpoint(ckpt_root: str | Path, step: int, weights: dict[str, torch.T
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     faults.checkpoint_stage("before_prune")
-    _prune(root, keep)
+    _prune(root, keep, step)
     return final
 
 
+def _step_of(p: Path) -> int:
+    return int(p.name.rsplit("_", 1)[-1])
+
+
 def _complete_steps(root: Path) -> list[Path]:
-    return sorted(p for p in root.glob("step_*") if p.is_dir() and ".tmp" not in p.name and (p / COMPLETE).exists())
+    """Complete checkpoints, oldest step first (by number: names past step 999999 grow longer)."""
+    return sorted((p for p in root.glob("step_*") if p.is_dir() and ".tmp" not in p.name
+                   and p.name.removeprefix("step_").isdigit() and (p / COMPLETE).exists()), key=_step_of)
 
 
-def _prune(root: Path, keep: int) -> None:
-    for old in _complete_steps(root)[:-keep]:
+def _prune(root: Path, keep: int, saved: int) -> None:
+    steps = _complete_steps(root)
+    # Steps after the one just saved belong to a history the run went back from: kept, the
+    # prune took them for the newest and deleted the checkpoint just written (keep=1), and a
+    # resume then loaded them on top of the steps redone since.
+    doomed_steps = [p for p in steps if _step_of(p) > saved]
+    doomed_steps += [p for p in steps if _step_of(p) <= saved][:-keep]
+    for old in doomed_steps:
         # renamed first: a kill during the rmtree leaves an ignored .tmp dir, never a
         # step_N that still has run.json but lost its weights
         doomed = root / f"{old.name}.tmp-del-{os.getpid()}"
@@ -97,13 +111,17 @@ def latest_checkpoint(ckpt_root: str | Path) -> Path | None:
     root = Path(ckpt_root)
     if not root.exists():
         return None
+    steps = _complete_steps(root)
+    newest = steps[-1] if steps else None
     pointer = root / "latest"
     if pointer.exists():
         candidate = root / pointer.read_text().strip()
-        if (candidate / COMPLETE).exists():
+        # A kill between a checkpoint's rename and the pointer's update leaves `latest` naming
+        # the one before: the renamed one is complete (written and synced first) and newer.
+        if (candidate / COMPLETE).exists() and candidate.name.removeprefix("step_").isdigit() and (
+                newest is None or _step_of(candidate) >= _step_of(newest)):
             return candidate
-    steps = _complete_steps(root)
-    return steps[-1] if steps else None
+    return newest
 
 
 def load_run_state(path: str | Path) -> dict:

@@ -371,6 +371,15 @@ class TrainingJob:
 
         cfg = self.cfg
         print(f"run dir: {self.run_dir}", flush=True)
+        done = self._resume_step()
+        if done >= cfg.trainer.total_steps > 0 and cfg.trainer.resume:
+            # Resuming a finished run started Ray, the engines and the trainer (a minute, more
+            # with vLLM) to train nothing, said nothing, and left config.json naming a
+            # total_steps the run had already passed.
+            print(f"the run is at step {done} of trainer.total_steps={cfg.trainer.total_steps}: nothing to train "
+                  f"(pass a larger trainer.total_steps to go on)", flush=True)
+            rows = MetricsLog(self.run_dir, tensorboard=False).read()
+            return {"run_dir": str(self.run_dir), "steps": done, "interrupted": False, "metrics": rows}
         try:
             self.start()
         except BaseException:  # what did start (emulator, actors) stops too, whatever failed

@@ -225,8 +225,15 @@ class PolicyTrainer:
         from roll_agentic.train.fsdp import load_full_state
 
         load_full_state(self.model, self.optimizer, weights, state["optimizer"])
+        # The saved param groups carry the run's hyperparameters: a resume runs with its own
+        # settings (job.py prints what differs), so `trainer.weight_decay` is this run's, not
+        # the checkpoint's (lr is set at every step by `apply`).
+        for group in self.optimizer.param_groups:
+            group["weight_decay"] = self.cfg.weight_decay
         self.step = int(state["step"])
-        self.trust.mult = float(state.get("lr_mult", 1.0))  # checkpoints from before it: 1
+        # checkpoints from before it: 1. A resume with algo.target_kl off: 1 too, since a
+        # multiplier the run had shrunk would never adapt again and cut every later step's rate.
+        self.trust.mult = float(state.get("lr_mult", 1.0)) if self.trust.enabled else 1.0
         torch.set_rng_state(state["rng"]["torch"])
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])

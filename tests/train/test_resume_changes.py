@@ -1,0 +1,73 @@
+"""Resuming a run: what a checkpoint brings back, and what the resume's own settings change."""
+
+import torch
+
+from roll_agentic.config import AlgoConfig, TrainerConfig
+from roll_agentic.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from roll_agentic.train.trainer import PolicyTrainer, Sample
+
+
+def _batch(seed: int, n: int = 4) -> list[Sample]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        ids = torch.randint(5, 300, (10,), generator=g).tolist()
+        out.append(Sample(ids, [0] * 5 + [1] * 5, [0.0] * 5 + (-torch.rand(5, generator=g) * 6).tolist(),
+                          advantage=1.0 if i % 2 else -1.0))
+    return out
+
+
+def test_a_resume_with_another_weight_decay_trains_with_it(tiny_model_path, tmp_path):
+    """The resume prints `trainer.weight_decay: 0.0 -> 0.1`; the optimizer's saved param groups
+    used to overwrite it with the run's 0.0, so the new setting never acted."""
+    first = PolicyTrainer(tiny_model_path, TrainerConfig(lr=1e-2, weight_decay=0.0), AlgoConfig())
+    first.train_step(_batch(0))
+    save_checkpoint(tmp_path, first.step, first.engine_state_dict(), first.state(), {"buffer": {}})
+
+    resumed = PolicyTrainer(tiny_model_path, TrainerConfig(lr=1e-2, weight_decay=0.1), AlgoConfig())
+    weights, state, _ = load_checkpoint(latest_checkpoint(tmp_path))
+    resumed.load_state(state, weights)
+    assert all(g["weight_decay"] == 0.1 for g in resumed.optimizer.param_groups)
+    # and the optimizer's moments did come back
+    assert resumed.optimizer.state and all(int(s["step"]) == 1 for s in resumed.optimizer.state.values())
+
+
+def test_a_resume_that_turns_the_target_kl_off_trains_at_the_schedules_rate(tiny_model_path, tmp_path):
+    """A run with algo.target_kl shrank its rate (lr_mult < 1); resumed with target_kl=0 (off),
+    the saved multiplier was restored and, never adapted again, cut every later step's rate."""
+    first = PolicyTrainer(tiny_model_path, TrainerConfig(lr=1e-2), AlgoConfig(target_kl=0.01))
+    first.trust.mult = 0.25  # as after overshooting steps
+    save_checkpoint(tmp_path, 1, first.engine_state_dict(), first.state(), {"buffer": {}})
+
+    off = PolicyTrainer(tiny_model_path, TrainerConfig(lr=1e-2, lr_schedule="constant"), AlgoConfig(target_kl=0.0))
+    weights, state, _ = load_checkpoint(latest_checkpoint(tmp_path))
+    off.load_state(state, weights)
+    assert off.train_step(_batch(1))["train/lr"] == 1e-2
+
+    on = PolicyTrainer(tiny_model_path, TrainerConfig(lr=1e-2, lr_schedule="constant"), AlgoConfig(target_kl=0.01))
+    on.load_state(state, weights)  # still on: the run's multiplier goes on
+    assert on.train_step(_batch(1))["train/lr"] == 1e-2 * 0.25
+
+
+def test_resuming_a_finished_run_says_so_without_starting_anything(tmp_path, capsys, monkeypatch):
+    import json
+
+    from roll_agentic.hydra_config import load_config
+    from roll_agentic.train import job as job_mod
+
+    run = tmp_path / "done"
+    save_checkpoint(run / "checkpoints", 4, {"x": torch.ones(1)}, {"step": 4}, {"buffer": {}})
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, 5)))
+    (run / "config.json").write_text("{}")
+
+    def no_start(self):
+        raise AssertionError("a finished run started Ray and its engines")
+
+    monkeypatch.setattr(job_mod.TrainingJob, "start", no_start)
+    for total in (4, 3):
+        cfg = load_config([f"output_dir={tmp_path}", "run_name=done", "engine=hf", "trainer.resume=true",
+                           f"trainer.total_steps={total}"])
+        out = job_mod.TrainingJob(cfg).run()
+        assert out["steps"] == 4 and [r["step"] for r in out["metrics"]] == [1, 2, 3, 4]
+        assert f"at step 4 of trainer.total_steps={total}: nothing to train" in capsys.readouterr().out
+    assert (run / "config.json").read_text() == "{}"  # the run's settings are left as they were
