@@ -53,10 +53,46 @@ def full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimize
     return get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
+def _names(keys: list[str], most: int = 5) -> str:
+    more = f" and {len(keys) - most} more" if len(keys) > most else ""
+    return f"{len(keys)} ({', '.join(keys[:most])}{more})"
+
+
+def check_weights_fit(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
+    """Refuses, in one line, checkpoint weights that are not this model's: missing or
+    unexpected names, or other shapes. Only a tied lm_head may be absent (the trainer
+    saves the engines' state, which leaves it out: it is the embedding).
+
+    The loads below are not strict because of that one tensor; without this check a
+    checkpoint of another model (other names) or one missing tensors loaded what it
+    could, left the rest as initialised, and only an optimizer that happened not to
+    fit said anything, in an error about the optimizer.
+    """
+    own = {k: tuple(v.shape) for k, v in model.state_dict().items()}  # DTensors: the global shape
+    tied = bool(getattr(getattr(model, "config", None), "tie_word_embeddings", False))
+    missing = sorted(k for k in own.keys() - weights.keys() if not (tied and k.split(".")[-2:] == ["lm_head", "weight"]))
+    unexpected = sorted(weights.keys() - own.keys())
+    problems = []
+    if missing:
+        problems.append(f"missing {_names(missing)}")
+    if unexpected:
+        problems.append(f"unexpected {_names(unexpected)}")
+    if not problems:
+        wrong = [f"{k} {tuple(v.shape)} (model: {own[k]})" for k, v in sorted(weights.items())
+                 if tuple(v.shape) != own[k]]
+        if wrong:
+            problems.append(f"other shapes for {_names(wrong, 3)}")
+    if problems:
+        raise ValueError(f"the checkpoint's weights do not fit this model ({model.__class__.__name__}): "
+                         f"{'; '.join(problems)}. Resume with the model the run was started with "
+                         "(model.path), from a complete checkpoint")
+
+
 def load_full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     weights: dict[str, torch.Tensor], optim_state: dict) -> None:
+    check_weights_fit(model, weights)  # before anything is loaded: a refusal leaves the model as it was
     if not is_sharded(model):
-        model.load_state_dict(weights, strict=False)  # a tied lm_head is absent from weights
+        model.load_state_dict(weights, strict=False)  # a tied lm_head is absent from weights (checked above)
         optimizer.load_state_dict(optim_state)
         return
     from torch.distributed.checkpoint.state_dict import (

@@ -34,24 +34,77 @@ class LossSums:
     tokens: float
 
 
-def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0,
+                   top_p: float = 1.0) -> torch.Tensor:
     """logits (B, T, V), token_ids (B, T) -> logprob of token t+1 at position t, shifted to (B, T).
 
-    Position 0 gets 0.0: the first token is never generated.
+    Position 0 gets 0.0: the first token is never generated. With `top_p` < 1, the
+    logprob under the renormalised nucleus, as the engines report it (`nucleus_logprobs`).
     """
-    return token_logprobs_and_entropy(logits, token_ids, temperature, with_entropy=False)[0]
+    return token_logprobs_and_entropy(logits, token_ids, temperature, with_entropy=False, top_p=top_p)[0]
+
+
+# Rows of (rows, V) whose nucleus is found at once: bounds the sort's transient memory
+# (values + int64 indices + cumsum) to a few hundred MiB whatever B * T * V is.
+NUCLEUS_CHUNK_ELEMENTS = 1 << 25
+
+
+def nucleus_mask(logprobs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """(..., V) log-softmaxed logits -> bool (..., V): the top-p nucleus of each row.
+
+    The engines' rule exactly (hf_engine._sample; vLLM's top-p): sort descending,
+    keep a token while the probability mass *before* it is < top_p (the first token
+    is always kept), ties ordered as torch's descending sort orders them. No
+    gradient: which tokens are in is piecewise constant in the logits.
+    """
+    with torch.no_grad():
+        flat = logprobs.detach().reshape(-1, logprobs.shape[-1])
+        keep = torch.empty(flat.shape, dtype=torch.bool, device=flat.device)
+        step = max(1, NUCLEUS_CHUNK_ELEMENTS // max(flat.shape[-1], 1))
+        for i in range(0, flat.shape[0], step):
+            sorted_lp, order = flat[i:i + step].sort(dim=-1, descending=True)
+            sorted_p = sorted_lp.exp()
+            kept = sorted_p.cumsum(-1) - sorted_p < top_p
+            keep[i:i + step] = torch.zeros_like(kept).scatter(-1, order, kept)
+        return keep.reshape(logprobs.shape)
+
+
+def nucleus_logprobs(lp: torch.Tensor, picked_ids: torch.Tensor, top_p: float) -> torch.Tensor:
+    """lp (..., V) temperature log-softmax, picked_ids (...) -> (...) logprob of each picked
+    token under the top-p nucleus of its row, renormalised: the engines' processed logprob.
+
+    A picked token outside the current nucleus (possible once the weights have moved
+    since it was sampled: its probability there is 0, logprob -inf) is scored under the
+    nucleus widened by that one token instead. -inf would make the ratio 0 and, through
+    0 * inf in the backward, NaN gradients; the widened value is finite, equals the true
+    nucleus logprob for every token inside the nucleus (the set is then unchanged), is
+    continuous where a token leaves it, and its gradient pulls the token back in for a
+    positive advantage (a negative one is clipped by PPO at ratio < 1 - eps anyway).
+    """
+    keep = nucleus_mask(lp, top_p)
+    keep.scatter_(-1, picked_ids[..., None], True)  # the widened nucleus: the picked token always in
+    picked = lp.gather(-1, picked_ids[..., None]).squeeze(-1)
+    # masked_fill's backward gives the dropped entries no gradient, and logsumexp over
+    # -inf entries adds exactly 0: finite values, finite gradients.
+    return picked - torch.logsumexp(lp.masked_fill(~keep, float("-inf")), dim=-1)
 
 
 def token_logprobs_and_entropy(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0,
-                               with_entropy: bool = True, entropy_grad: bool = True
+                               with_entropy: bool = True, entropy_grad: bool = True, top_p: float = 1.0
                                ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """As `token_logprobs`, plus the entropy of the distribution each token was drawn from, (B, T).
+    """As `token_logprobs`, plus the entropy of the temperature-scaled distribution at each token, (B, T).
 
     With `entropy_grad=False` the entropy is a metric only: computed without
     autograd, so it keeps no (B, T, V) activations alive for the backward pass.
+    With `top_p` < 1 the entropy stays that of the whole temperature-scaled
+    distribution, not of the nucleus: once a nucleus is one token its entropy is 0
+    with no gradient, the very dead zone the entropy bonus is there to leave.
     """
     lp = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)  # (B, T-1, V)
-    picked = lp.gather(-1, token_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
+    if top_p < 1.0:
+        picked = nucleus_logprobs(lp, token_ids[:, 1:], top_p)  # (B, T-1)
+    else:
+        picked = lp.gather(-1, token_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
     zero = torch.zeros_like(picked[:, :1])
     entropy = None
     if with_entropy:

@@ -95,9 +95,9 @@ class TrainerWorker:
     """One rank. Lives in a Ray actor; the driver talks to it through DataParallelTrainer."""
 
     def __init__(self, rank: int, world: int, model_path: str, cfg: TrainerConfig, algo: AlgoConfig,
-                 temperature: float):
+                 temperature: float, top_p: float = 1.0):
         self.rank, self.world = rank, world
-        self.args = (model_path, cfg, algo, temperature)
+        self.args = (model_path, cfg, algo, temperature, top_p)
         self.trainer: PolicyTrainer | None = None
         self._listener: socket.socket | None = None
 
@@ -107,7 +107,7 @@ class TrainerWorker:
         return self._listener.getsockname()[:2]
 
     def init(self, master_addr: str, master_port: int, timeout_s: float = COLLECTIVE_TIMEOUT_S) -> bool:
-        model_path, cfg, algo, temperature = self.args
+        model_path, cfg, algo, temperature, top_p = self.args
         torch.set_num_threads(max(1, int(os.environ.get("ROLL_AGENTIC_TRAIN_THREADS", "1"))))
         backend = "nccl" if cfg.device.startswith("cuda") else "gloo"
         _sockets_on(ray.util.get_node_ip_address())
@@ -119,7 +119,7 @@ class TrainerWorker:
                                              timeout=timeout)
         if cfg.device.startswith("cuda"):
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        self.trainer = PolicyTrainer(model_path, cfg, algo, temperature)
+        self.trainer = PolicyTrainer(model_path, cfg, algo, temperature, top_p)
         # Same initial weights everywhere, whatever each process loaded; before
         # sharding, while every rank still holds plain full tensors.
         for p in self.trainer.model.parameters():
@@ -164,13 +164,13 @@ class DataParallelTrainer:
     """The driver's view: the same methods as PolicyTrainer, run on every rank."""
 
     def __init__(self, model_path: str, cfg: TrainerConfig, algo: AlgoConfig, temperature: float = 1.0,
-                 collective_timeout_s: float = COLLECTIVE_TIMEOUT_S):
+                 collective_timeout_s: float = COLLECTIVE_TIMEOUT_S, top_p: float = 1.0):
         # "CPU"/"GPU" in trainer.resources become num_cpus/num_gpus, as for the pools: Ray
         # refuses them inside `resources`. No CPU slot unless asked (or pinned to a node type).
         place = placement(cfg.resources, default_cpus=0.0, pinned_cpus=1.0)
         num_gpus = max(place.num_gpus, 1.0) if cfg.device.startswith("cuda") else place.num_gpus
         actor = ray.remote(num_cpus=place.num_cpus, num_gpus=num_gpus, resources=place.resources or None)(TrainerWorker)
-        self.workers = [actor.remote(r, cfg.num_workers, model_path, cfg, algo, temperature)
+        self.workers = [actor.remote(r, cfg.num_workers, model_path, cfg, algo, temperature, top_p)
                         for r in range(cfg.num_workers)]
         self.collective_timeout_s = collective_timeout_s
         addr, port = self._all("address", workers=self.workers[:1])[0]

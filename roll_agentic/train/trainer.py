@@ -60,10 +60,13 @@ def reference_model(model_path: str, device: torch.device | str):
 
 
 class PolicyTrainer:
-    def __init__(self, model_path: str, cfg: TrainerConfig, algo: AlgoConfig, temperature: float = 1.0):
+    def __init__(self, model_path: str, cfg: TrainerConfig, algo: AlgoConfig, temperature: float = 1.0,
+                 top_p: float = 1.0):
         from transformers import AutoModelForCausalLM
 
-        self.cfg, self.algo, self.temperature = cfg, algo, temperature
+        # engine.temperature and engine.top_p: the logprobs are those of the distribution the
+        # engines sample from (their processed logprobs), or the PPO ratio is not 1 on-policy.
+        self.cfg, self.algo, self.temperature, self.top_p = cfg, algo, temperature, top_p
         torch.manual_seed(cfg.seed)
         self.device = torch.device(cfg.device)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device)
@@ -106,11 +109,12 @@ class PolicyTrainer:
         attn = _pad([[1] * len(s.token_ids) for s in part], 0).to(self.device)
         logits = self.model(input_ids=ids, attention_mask=attn).logits  # (B, T, V)
         lp, entropy = token_logprobs_and_entropy(  # (B, T) each; entropy is a bare metric unless rewarded
-            logits, ids, self.temperature, entropy_grad=self.algo.entropy_coef > 0)
+            logits, ids, self.temperature, entropy_grad=self.algo.entropy_coef > 0, top_p=self.top_p)
         ref = None
         if self.ref_model is not None:
             with torch.no_grad():
-                ref = token_logprobs(self.ref_model(input_ids=ids, attention_mask=attn).logits, ids, self.temperature)
+                ref = token_logprobs(self.ref_model(input_ids=ids, attention_mask=attn).logits, ids,
+                                     self.temperature, self.top_p)
         sums = ppo_clip_loss_sum(lp, old, adv, mask, self.algo.clip_eps, ref, self.algo.kl_coef,
                                 entropy, self.algo.entropy_coef)
         sums.loss.backward()
@@ -181,7 +185,8 @@ class PolicyTrainer:
         kl, tokens = 0.0, 0.0
         with torch.no_grad():
             for ids, attn, mask, before in self._trained:
-                after = token_logprobs(self.model(input_ids=ids, attention_mask=attn).logits, ids, self.temperature)
+                after = token_logprobs(self.model(input_ids=ids, attention_mask=attn).logits, ids,
+                                       self.temperature, self.top_p)
                 kl += step_kl_sum(before, after, mask.float())
                 tokens += float(mask.sum())
         self._trained = []

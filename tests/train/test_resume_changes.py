@@ -71,3 +71,78 @@ def test_resuming_a_finished_run_says_so_without_starting_anything(tmp_path, cap
         assert out["steps"] == 4 and [r["step"] for r in out["metrics"]] == [1, 2, 3, 4]
         assert f"at step 4 of trainer.total_steps={total}: nothing to train" in capsys.readouterr().out
     assert (run / "config.json").read_text() == "{}"  # the run's settings are left as they were
+
+
+def _resume_at(tmp_path, overrides: list[str]):
+    """What `run()` does about the settings at a resume: say what changed, then save its own."""
+    from dataclasses import asdict
+
+    from roll_agentic.hydra_config import load_config
+    from roll_agentic.train import job as job_mod
+
+    cfg = load_config([f"output_dir={tmp_path}", "run_name=r", "engine=hf", "trainer.resume=true", *overrides])
+    job = job_mod.TrainingJob(cfg)
+    job.version = 2  # as _maybe_resume sets it
+    job._say_what_resume_changed()
+    (job.run_dir / "config.json").write_text(job_mod._json(asdict(job.cfg)))
+    return job.run_dir
+
+
+def test_two_resumes_at_one_step_keep_the_runs_own_settings(tmp_path, capsys):
+    """Resumed twice at step 2 with other overrides each time, the second resume wrote the first
+    resume's settings over config.before_step_2.json: the run's own settings were lost."""
+    import json
+    from dataclasses import asdict
+
+    from roll_agentic.hydra_config import load_config
+    from roll_agentic.train import job as job_mod
+
+    run = tmp_path / "r"
+    save_checkpoint(run / "checkpoints", 2, {"x": torch.ones(1)}, {"step": 2}, {"buffer": {}})
+    original = load_config([f"output_dir={tmp_path}", "run_name=r", "engine=hf", "trainer.total_steps=20"])
+    (run / "config.json").write_text(job_mod._json(asdict(original)))
+
+    _resume_at(tmp_path, ["trainer.total_steps=30"])
+    _resume_at(tmp_path, ["trainer.total_steps=40"])
+    out = capsys.readouterr().out
+    assert "trainer.total_steps: 20 -> 30" in out and "trainer.total_steps: 30 -> 40" in out
+    first, second = run / "config.before_step_2.json", run / "config.before_step_2.2.json"
+    assert json.loads(first.read_text())["trainer"]["total_steps"] == 20  # the run's own, kept
+    assert json.loads(second.read_text())["trainer"]["total_steps"] == 30
+    assert json.loads((run / "config.json").read_text())["trainer"]["total_steps"] == 40
+    _resume_at(tmp_path, ["trainer.total_steps=40"])  # nothing changed: no copy
+    assert {p.name for p in run.glob("config.before_step_*")} == {first.name, second.name}
+
+
+def test_a_resume_with_another_total_steps_says_how_the_rate_moves(tmp_path, capsys):
+    """A cosine schedule over trainer.total_steps: resumed with more steps, the next step's
+    rate jumped (0.0005 -> 0.00093) with nothing said. Allowed, but said in one line."""
+    from dataclasses import asdict
+
+    from roll_agentic.hydra_config import load_config
+    from roll_agentic.train import job as job_mod
+    from roll_agentic.train.lr_schedule import lr_at
+
+    run = tmp_path / "r"
+    save_checkpoint(run / "checkpoints", 10, {"x": torch.ones(1)}, {"step": 10}, {"buffer": {}})
+    base = [f"output_dir={tmp_path}", "run_name=r", "engine=hf", "trainer.lr=0.001", "trainer.lr_min_ratio=0"]
+    (run / "config.json").write_text(job_mod._json(asdict(load_config([*base, "trainer.total_steps=20"]))))
+
+    def resume(*overrides: str) -> list[str]:
+        job = job_mod.TrainingJob(load_config([*base, "trainer.resume=true", *overrides]))
+        job.version = 10  # as _maybe_resume sets it, before it says what the schedule does
+        job._say_what_the_schedule_does()
+        return [line for line in capsys.readouterr().out.splitlines() if "learning rate" in line]
+
+    was, now = lr_at(10, 1e-3, 20, "cosine"), lr_at(10, 1e-3, 80, "cosine")
+    assert resume("trainer.total_steps=80") == [
+        f"learning rate at step 11: {was:.3g} -> {now:.3g}, because the cosine schedule now runs over 80 steps "
+        "(trainer.total_steps was 20)"]
+    assert f"{was:.3g}" == "0.000459" and f"{now:.3g}" == "0.000961"
+    assert resume("trainer.total_steps=20") == []  # the run's own: nothing moves
+    assert resume("trainer.total_steps=80", "trainer.lr_schedule=constant") == [
+        "learning rate at step 11: 0.000459 -> 0.001, because the schedule is now constant over 80 steps "
+        "(was cosine over 20)"]
+    (run / "config.json").write_text(job_mod._json(asdict(load_config(
+        [*base, "trainer.total_steps=20", "trainer.lr_schedule=constant"]))))
+    assert resume("trainer.total_steps=80", "trainer.lr_schedule=constant") == []  # constant: no jump
