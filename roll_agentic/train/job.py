@@ -34,6 +34,7 @@ from roll_agentic.train.resource_check import (
     shortfall_error,
     trainer_in_process,
 )
+from roll_agentic.train.resume_record import keep_copy, schedule_change_line
 from roll_agentic.train.step_guard import StepGuard
 from roll_agentic.train.step_metrics import rollout_metrics
 from roll_agentic.train.trainer import PolicyTrainer, samples_from_groups
@@ -217,7 +218,7 @@ class TrainingJob:
         if changed:
             print(f"resuming with {len(changed)} setting(s) other than the run's (repeat the run's overrides "
                   f"to keep them): {'; '.join(changed)}", flush=True)
-            _keep_copy(self.run_dir, f"config.before_step_{self.version}", saved.read_text())
+            keep_copy(self.run_dir, f"config.before_step_{self.version}", saved.read_text())
 
     def _resume_step(self) -> int:
         """The step a resume starts from (0 for a fresh run)."""
@@ -470,52 +471,6 @@ class TrainingJob:
                 self.reward_service.stop()
         if self.started_ray:
             ray.shutdown()
-
-
-def schedule_change_line(before: dict, now, step: int) -> str | None:
-    """One line when trainer.total_steps changed and with it the rate of step `step` (0-based,
-    the next one a resume takes), from the run's saved trainer settings `before` to `now`'s."""
-    from roll_agentic.train.lr_schedule import lr_at
-
-    try:
-        old_total = int(before["total_steps"])
-        was = lr_at(step, float(before.get("lr", now.lr)), old_total, before.get("lr_schedule", now.lr_schedule),
-                    float(before.get("lr_min_ratio", now.lr_min_ratio)),
-                    int(before.get("lr_warmup_steps", now.lr_warmup_steps)))
-    except (KeyError, TypeError, ValueError):
-        return None
-    if old_total == now.total_steps:
-        return None
-    rate = lr_at(step, now.lr, now.total_steps, now.lr_schedule, now.lr_min_ratio, now.lr_warmup_steps)
-    if math.isclose(was, rate, rel_tol=1e-9, abs_tol=0.0):
-        return None  # a constant schedule: the rate does not depend on total_steps
-    old_schedule = before.get("lr_schedule", now.lr_schedule)
-    if old_schedule != now.lr_schedule:
-        why = (f"the schedule is now {now.lr_schedule} over {now.total_steps} steps "
-               f"(was {old_schedule} over {old_total})")
-    else:
-        why = (f"the {now.lr_schedule} schedule now runs over {now.total_steps} steps "
-               f"(trainer.total_steps was {old_total})")
-    return f"learning rate at step {step + 1}: {was:.3g} -> {rate:.3g}, because {why}"
-
-
-def _keep_copy(run_dir: Path, stem: str, text: str) -> Path:
-    """Writes `text` to <stem>.json, or <stem>.2.json, .3, ... : never over an existing copy.
-
-    Two resumes in a row at the same step, each with overrides of its own, wrote the
-    second's "before" (the first resume's settings) over the first's (the run's own),
-    and the run's original settings were gone. A copy the same as the newest is not
-    written again (a resume repeated with the same overrides).
-    """
-    path, n, newest = run_dir / f"{stem}.json", 1, None
-    while path.exists():
-        newest = path
-        n += 1
-        path = run_dir / f"{stem}.{n}.json"
-    if newest is not None and newest.read_text() == text:
-        return newest
-    path.write_text(text)
-    return path
 
 
 def _flat(tree: dict, prefix: str = "") -> dict:
