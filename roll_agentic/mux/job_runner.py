@@ -139,7 +139,8 @@ class JobRunner:
         self.router = ray.remote(num_cpus=0)(Router).remote(**router_kwargs(cfg))
         self.buffer = self._new_buffer()
         self._log = MetricsLog(self.run_dir, cfg.telemetry.tensorboard)
-        self.slot_args = (model_path, cfg.trainer, cfg.algo, cfg.engine.temperature, str(self.run_dir / "checkpoints"))
+        self.slot_args = (model_path, cfg.trainer, cfg.algo, cfg.engine.temperature, str(self.run_dir / "checkpoints"),
+                          cfg.engine.top_p)
         await asyncio.gather(*(on_current_slot(self.slots, n, lambda s: s.register.remote(self.name, *self.slot_args))
                                for n in list(self.slots)))
         self._spawn_workers(rollout_nodes)

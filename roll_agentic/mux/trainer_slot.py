@@ -48,6 +48,7 @@ class SlotJob:
     algo: AlgoConfig
     temperature: float
     ckpt_root: str
+    top_p: float = 1.0  # engine.top_p: the trainer scores tokens over the nucleus they were sampled from
     ref_model: torch.nn.Module | None = None  # KL reference: the job's own initial weights
 
 
@@ -72,8 +73,8 @@ class TrainerSlot:
         self._lay: DeviceLayout | None = None
 
     def register(self, job: str, model_path: str, trainer: TrainerConfig, algo: AlgoConfig,
-                 temperature: float, ckpt_root: str) -> None:
-        self.jobs[job] = SlotJob(model_path, trainer, algo, temperature, ckpt_root)
+                 temperature: float, ckpt_root: str, top_p: float = 1.0) -> None:
+        self.jobs[job] = SlotJob(model_path, trainer, algo, temperature, ckpt_root, top_p)
 
     # -- residency --------------------------------------------------------------------------
     def reserve(self, job: str, nbytes: int) -> None:
@@ -122,7 +123,7 @@ class TrainerSlot:
         """The job's config on the device trainer (its lr etc. come with its optimizer state)."""
         spec, tr = self.jobs[job], self.trainer
         assert tr is not None
-        tr.cfg, tr.algo, tr.temperature = spec.trainer, spec.algo, spec.temperature
+        tr.cfg, tr.algo, tr.temperature, tr.top_p = spec.trainer, spec.algo, spec.temperature, spec.top_p
         if spec.algo.kl_coef > 0 and spec.ref_model is None:
             # A job first switched in on a slot whose trainer another job built: its KL
             # reference is built here (before, it was dropped and the KL term vanished).
@@ -161,7 +162,7 @@ class TrainerSlot:
             ckpt = latest_checkpoint(spec.ckpt_root)
             kind = "cold"
             if self.trainer is None or ckpt is None:
-                self.trainer = PolicyTrainer(spec.model_path, spec.trainer, spec.algo, spec.temperature)
+                self.trainer = PolicyTrainer(spec.model_path, spec.trainer, spec.algo, spec.temperature, spec.top_p)
                 if self.trainer.ref_model is not None:
                     spec.ref_model = self.trainer.ref_model
                 kind = "fresh"
