@@ -10,6 +10,7 @@ all engines serve the new one.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -20,10 +21,32 @@ from safetensors.torch import save_file
 
 
 def shared_memory_dir(run_name: str) -> Path:
+    """This process's folder for the weights it publishes (RAM where /dev/shm exists).
+
+    Keyed by pid, so two processes never share one; only `WeightPublisher.close()`
+    removed it, so a run killed without closing left its last weights in RAM for good
+    (a whole state dict per kill). The folders of this run name whose process is gone
+    are swept here, when the resumed run (or the next of that name) starts.
+    """
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir())
-    d = base / f"roll_agentic-{run_name}-{os.getpid()}"
+    prefix = f"roll_agentic-{run_name}-"
+    for old in base.glob(f"{prefix}*"):
+        pid = old.name[len(prefix):]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    d = base / f"{prefix}{os.getpid()}"
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: not ours to sweep
+    return True
 
 
 # How long a sync waits for the engines to load a version. An engine past it
