@@ -16,6 +16,18 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _ctrl_c_as_in_a_terminal():
+    """Tests of Ctrl-C send SIGINT to themselves or to runs they start. A suite started in
+    the background of a non-interactive shell inherits SIGINT ignored (so do the runs it
+    starts), and those tests then tested nothing: Ctrl-C is restored as a terminal has it."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+
+
 @pytest.fixture(scope="session")
 def tiny_model_path() -> str:
     from roll_agentic.model.tiny import ensure_tiny_model

@@ -30,7 +30,12 @@ class StepGuard:
     def begin(self) -> None:
         if self.active:
             return
-        if threading.current_thread() is threading.main_thread():  # only it may take signals
+        # Only the main thread may take signals. A process told to ignore Ctrl-C (started
+        # in the background, `nohup`) keeps ignoring it: holding it here made a SIGINT act
+        # during weight updates alone, and be dropped at any other moment.
+        if threading.current_thread() is threading.main_thread() and (
+            signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+        ):
             self._previous = signal.getsignal(signal.SIGINT)
             signal.signal(signal.SIGINT, self._hold)
             self._installed = True

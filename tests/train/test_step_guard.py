@@ -65,3 +65,18 @@ def test_a_resume_of_a_run_without_a_checkpoint_is_refused_before_anything_start
         resolve_run_dir(cfg)
     save_checkpoint(tmp_path / "base" / "checkpoints", 5, {"w": torch.zeros(1)}, {}, {"buffer": {}})
     assert resolve_run_dir(cfg) == tmp_path / "base"
+
+
+def test_a_process_that_ignores_ctrl_c_keeps_ignoring_it_during_a_step():
+    """Started in the background (SIGINT ignored), a run took a SIGINT during weight updates
+    alone and dropped it at every other moment."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        guard = StepGuard()
+        guard.begin()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)
+        guard.end()  # nothing held, nothing raised
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
