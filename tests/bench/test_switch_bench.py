@@ -16,7 +16,12 @@ def test_a_small_model_switches_warm_then_cold():
     assert (out["warm_switches"], out["cold_switches"]) == (2, 3)
     assert out["params_m"] > 0 and out["state_mb_per_job"] > out["weights_mb"] > 0  # AdamW moments too
     assert out["warm_switch_s"] > 0 and out["cold_switch_s"] > 0
-    assert out["cold_over_warm"] == pytest.approx(out["cold_switch_s"] / out["warm_switch_s"], rel=0.05)
+    # The ratio is taken before rounding; the times are printed to 0.1 ms, which on a model
+    # this small (switches of ~1 ms) moves their quotient by several percent.
+    half = 0.5e-4
+    low = (out["cold_switch_s"] - half) / (out["warm_switch_s"] + half)
+    high = (out["cold_switch_s"] + half) / max(out["warm_switch_s"] - half, 1e-9)
+    assert low - 0.005 <= out["cold_over_warm"] <= high + 0.005
 
 
 def test_the_cli_prints_the_json_line_last(capsys):
