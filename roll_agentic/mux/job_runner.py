@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
@@ -33,6 +32,7 @@ import ray
 from roll_agentic.config import Config, effective_pools
 from roll_agentic.engine.router import Router, router_kwargs
 from roll_agentic.mux import rollback_mark
+from roll_agentic.mux.actor_calls import on_current_slot, pin_actors
 from roll_agentic.mux.job_state import JobRecord
 from roll_agentic.mux.phase_board import PhaseBoard
 from roll_agentic.mux.profile import PhaseKind
@@ -52,40 +52,6 @@ class JobFailed(RuntimeError):
 
 async def _engine_stats(engines: list) -> list[dict]:
     return list(await asyncio.gather(*(e.stats.remote() for e in engines)))
-
-
-def _pin_here(_instance: object, cpus: tuple[int, ...]) -> list[int]:
-    """Pins every thread of the calling process to `cpus` (threads it starts later inherit the mask)."""
-    allowed = sorted(set(cpus) & set(range(os.cpu_count() or 1)))
-    if not allowed:
-        return []
-    for tid in os.listdir("/proc/self/task"):
-        with contextlib.suppress(OSError):  # a thread that just ended
-            os.sched_setaffinity(int(tid), allowed)
-    return allowed
-
-
-async def pin_actors(actors: list, cpus: Sequence[int]) -> None:
-    """Pins Ray actors' processes to `cpus` (nothing if empty): a pool's own hardware, modelled.
-
-    RollMux's rollout and training pools are separate machines; on one machine
-    each pool gets its own cores, so one pool's phase never steals the other's
-    CPU -- in the multiplexed pass and, identically, in the solo baseline.
-    """
-    if cpus and actors and hasattr(os, "sched_setaffinity"):
-        await asyncio.gather(*(a.__ray_call__.remote(_pin_here, tuple(cpus)) for a in actors))
-
-
-async def on_current_slot(slots: dict[str, object], node: str, call: Callable[[object], Awaitable]):
-    """`call(slot)` on the node's trainer slot; again on the new one if the slot it went to was
-    replaced meanwhile (`Multiplexer._trainer_lost` kills a wedged slot, failing what queued behind)."""
-    slot = slots[node]
-    try:
-        return await call(slot)
-    except ray.exceptions.RayActorError:
-        if slots[node] is slot:
-            raise
-        return await call(slots[node])
 
 
 class JobRunner:

@@ -31,8 +31,9 @@ import ray
 
 from roll_agentic.config import Config, validate
 from roll_agentic.mux import admission
+from roll_agentic.mux.actor_calls import on_current_slot, pin_actors
 from roll_agentic.mux.group import GroupBook
-from roll_agentic.mux.job_runner import JobRunner, on_current_slot, pin_actors
+from roll_agentic.mux.job_runner import JobRunner
 from roll_agentic.mux.job_state import JobRecord, JobState
 from roll_agentic.mux.mux_config import JobSpec, MuxConfig
 from roll_agentic.mux.phase_board import PhaseBoard

@@ -13,7 +13,7 @@ from roll_agentic.mux.mux_config import load_mux_config
 
 CHILD = """
 import os, threading, time
-from roll_agentic.mux.job_runner import _pin_here
+from roll_agentic.mux.actor_calls import _pin_here
 stop = threading.Event()
 t = threading.Thread(target=stop.wait)
 t.start()  # a thread that exists before the pin

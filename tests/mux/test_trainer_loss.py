@@ -132,7 +132,7 @@ def test_a_call_queued_on_a_replaced_trainer_goes_to_the_new_one():
     killed; once the node has a new trainer, it is made there instead of failing its job."""
     import ray.exceptions
 
-    from roll_agentic.mux.job_runner import on_current_slot
+    from roll_agentic.mux.actor_calls import on_current_slot
 
     async def main() -> list:
         old, new = _FakeSlot(), _FakeSlot()
