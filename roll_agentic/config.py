@@ -27,7 +27,7 @@ class TaskConfig:
     env_id: str = ""  # a registered gymnasium id, or `module:Class`
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     max_turns: int = 8  # an episode is truncated after this many agent turns
-    reward: str = "env_return"  # module in rewards/ whose `reward(summary)` scores it
+    reward: str = "env_return"  # module whose `reward(summary)` scores it: in rewards/, or my_pkg.mod
     group_size: int = 8  # GRPO: trajectories of the same task and seed
     weight: float = 1.0  # share of the groups of each step
     prompt_template: str = ""  # "" = the observation alone; else text around {observation}
@@ -257,6 +257,9 @@ def _non_finite(node: Any, key: str) -> list[tuple[str, float]]:
 
 def validate(cfg: Config) -> Config:
     """Checks ranges and cross-field rules; raises ConfigError naming the first bad key."""
+    # Here, not at the top: importing roll_agentic.reward loads its clients, which import this module.
+    from roll_agentic.reward.reward_ref import function_stem, stem_clashes, syntax_problem
+
     e: list[str] = []
     for key, value in _non_finite(cfg, ""):
         _check(e, False, key, "a finite number", value)
@@ -328,6 +331,10 @@ def validate(cfg: Config) -> Config:
     _check(e, len(cfg.tasks) >= 1, "tasks", "a list of at least one task", cfg.tasks)
     pool_names = {p.name for p in effective_pools(cfg)}
     _check(e, "default" in pool_names, "pools", "a pool named 'default' (it serves every task without its own)", sorted(pool_names))
+    # Two different modules with one file stem would deploy to one Lambda function.
+    for first, second in stem_clashes([t.reward for t in cfg.tasks if not syntax_problem(t.reward)]):
+        e.append(f"tasks: rewards {first!r} and {second!r} would both be deployed as "
+                 f"{cfg.reward.function_prefix}{function_stem(second)}; rename one module's file")
     seen: set[str] = set()
     for i, t in enumerate(cfg.tasks):
         k = f"tasks[{i}]"
@@ -350,7 +357,8 @@ def validate(cfg: Config) -> Config:
         _check(e, t.max_new_tokens <= cfg.engine.max_model_len // 2, f"{k}.max_new_tokens",
                f"at most half of engine.max_model_len ({cfg.engine.max_model_len // 2}), leaving room for "
                "the conversation", t.max_new_tokens)
-        _check(e, t.reward.replace("_", "").isalnum(), f"{k}.reward", "the name of a module in rewards/", t.reward)
+        problem = syntax_problem(t.reward)
+        _check(e, not problem, f"{k}.reward", problem, t.reward)
         # The worker fills the template with str.format(observation=...) on the first turn: a
         # template that cannot be filled failed every episode, and one without {observation}
         # hid the env's first observation (the state) from the policy.

@@ -34,6 +34,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from roll_agentic import faults
 from roll_agentic.reward.outcome import RewardOutcome, parse_reward
+from roll_agentic.reward.reward_ref import function_stem
 
 # A client's read timeout is the function's Timeout plus these two allowances.
 # On a cold start AWS first runs the function's Init phase (extensions, the
@@ -117,7 +118,7 @@ class ServerlessRewardClient:
         self._invoke_once = faults.invoke_fn(self._invoke)  # `self._invoke` unless faults are on
 
     def function_name(self, function: str) -> str:
-        return self.prefix + function
+        return self.prefix + function_stem(function)  # my_pkg.scoring is deployed as <prefix>scoring
 
     def _client_waiting(self, timeout_s: float) -> Any:
         """A client whose reads wait out a function of this Timeout, cold start included (`read_timeout_s`)."""

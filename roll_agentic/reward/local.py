@@ -37,6 +37,7 @@ from types import ModuleType
 from roll_agentic import faults
 from roll_agentic.elastic_executor import ElasticExecutor
 from roll_agentic.reward.outcome import RewardOutcome, parse_reward
+from roll_agentic.reward.reward_ref import shown_as
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +75,10 @@ class LocalRewardClient:
         mod = self._modules.get(function)
         if mod is not None:
             return mod, False
-        mod = importlib.import_module(f"{self.package}.{function}")
+        name = self._qualified(function)
+        mod = importlib.import_module(name)
         if not callable(getattr(mod, "reward", None)):
-            raise AttributeError(f"{self.package}.{function} has no function `reward(summary)`")
+            raise AttributeError(f"{name} has no function `reward(summary)`")
         self._modules[function] = mod
         return mod, True
 
@@ -133,18 +135,22 @@ class LocalRewardClient:
                                 "reward.mode=serverless (a timed-out invocation's process is killed)",
                                 self.package, function, limit, self.max_stuck)
                 return RewardOutcome(None, False, time.monotonic() - t0, 0, False, 0, 0.0, 0.0,
-                                     f"{self.package}.{function}: timed out after {limit}s")
+                                     f"{self._qualified(function)}: timed out after {limit}s")
             except Exception as e:  # noqa: BLE001 - any failure of the reward is reported, not raised
                 return RewardOutcome(None, False, time.monotonic() - t0, 0, False, 0, 0.0, 0.0,
-                                     f"{self.package}.{function}: {type(e).__name__}: {e}")
+                                     f"{self._qualified(function)}: {type(e).__name__}: {e}")
         value, err = parse_reward(result)
         return RewardOutcome(value, value is not None, time.monotonic() - t0, 0, first, 0, ran_ms, 0.0,
-                             f"{self.package}.{function}: {err}" if err else "")
+                             f"{self._qualified(function)}: {err}" if err else "")
+
+    def _qualified(self, function: str) -> str:
+        """The module a task's `reward` names: dotted, the user's own (reward_ref.py); bare, in `package`."""
+        return function if "." in function else f"{self.package}.{function}"
 
     def _stuck_error(self, function: str, stuck: int, limit: float | None, total: int) -> str:
-        return (f"{self.package}.{function}: not called: {stuck} of its calls never returned after their {limit}s "
+        return (f"{self._qualified(function)}: not called: {stuck} of its calls never returned after their {limit}s "
                 f"limit and still hold a thread each ({total} such threads in this process, {self.max_stuck} at "
-                f"most; Python threads cannot be killed). Fix rewards/{function}.py so it returns, or run it with "
+                f"most; Python threads cannot be killed). Fix {shown_as(function)} so it returns, or run it with "
                 f"reward.mode=serverless, where an invocation past its timeout has its worker process killed")
 
     async def close(self) -> None:

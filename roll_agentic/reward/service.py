@@ -13,7 +13,6 @@ when it goes (their command pipe closes), so nothing outlives `stop()`.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -24,33 +23,26 @@ import urllib.request
 from pathlib import Path
 
 from roll_agentic.config import RewardConfig
+from roll_agentic.reward.reward_ref import source_file
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-def rewards_dir() -> Path:
-    spec = importlib.util.find_spec("rewards")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the `rewards` package is not importable: run from the project root")
-    return Path(list(spec.submodule_search_locations)[0])
-
-
 def deploy_rewards(endpoint_url: str, names: list[str], cfg: RewardConfig, source_dir: Path | None = None) -> list[dict]:
-    """Zips each `rewards/<name>.py`, creates or updates `cfg.function_prefix + name`, waits Active.
+    """Zips each reward module, creates or updates `cfg.function_prefix + <its file stem>`, waits Active.
 
-    Returns the functions' configurations. Memory and timeout come from the module's
-    LAMBDA_MEMORY_MB / LAMBDA_TIMEOUT_S when declared; else 256 MB and cfg.timeout_s.
+    `names` are tasks' `reward`s: `x` for `rewards/x.py` (or `source_dir/x.py`), `my_pkg.x`
+    for a module of yours (`reward_ref.py`). Returns the functions' configurations. Memory and
+    timeout come from the module's LAMBDA_MEMORY_MB / LAMBDA_TIMEOUT_S when declared; else
+    256 MB and cfg.timeout_s.
     """
     from serverless.deploy import deploy, lambda_client, spec_for
 
-    src = Path(source_dir) if source_dir is not None else rewards_dir()
+    paths = [_module_file(name, source_dir) for name in dict.fromkeys(names)]  # all found before any deploy
     client = lambda_client(endpoint_url, cfg.region, max_attempts=3)
     out = []
     try:
-        for name in dict.fromkeys(names):
-            path = src / f"{name}.py"
-            if not path.is_file():
-                raise FileNotFoundError(f"no reward module {path}: a task's `reward` must name a file in {src}")
+        for path in paths:
             spec = spec_for(path, prefix=cfg.function_prefix)
             if "LAMBDA_TIMEOUT_S" not in _declared(path):
                 spec.timeout_s = max(1, int(round(cfg.timeout_s)))
@@ -58,6 +50,15 @@ def deploy_rewards(endpoint_url: str, names: list[str], cfg: RewardConfig, sourc
     finally:
         client.close()
     return out
+
+
+def _module_file(name: str, source_dir: Path | None) -> Path:
+    if source_dir is None or "." in name:
+        return source_file(name)
+    path = Path(source_dir) / f"{name}.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"no reward module {path}: a task's `reward` must name a file in {source_dir}")
+    return path
 
 
 def _declared(path: Path) -> dict:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
 import inspect
 import threading
 from collections.abc import Callable
 
 from roll_agentic.config import TaskConfig
 from roll_agentic.reward.outcome import parse_reward
+from roll_agentic.reward.reward_ref import module_name, shown_as, source_file
 from roll_agentic.rollout.env_contract import check_reset, check_step
 from roll_agentic.rollout.trajectory import json_scalars
 
@@ -121,19 +121,18 @@ def _call_in_thread(fn: Callable[[], object], timeout_s: float) -> tuple[object,
 
 
 def _reward_problem(name: str, summary: dict, need_handler: bool = False) -> str:
-    """Why `rewards.<name>` cannot score a trajectory, or "". `need_handler`: the run
-    invokes it as a Lambda function (reward.mode=serverless), through `handler`."""
-    expected = f"expected rewards/{name}.py with reward(summary) and handler(event, context)"
+    """Why the reward module `name` names cannot score a trajectory, or "". `need_handler`:
+    the run invokes it as a Lambda function (reward.mode=serverless), through `handler`."""
+    file = shown_as(name)
+    expected = f"expected {file} with reward(summary) and handler(event, context)"
     try:
-        found = importlib.util.find_spec(f"rewards.{name}") is not None
-    except ImportError:  # e.g. a dotted name whose first part is no package
-        found = False
-    if not found:
-        return f"reward {name!r} is not a module in rewards/ ({expected})"
+        source_file(name)
+    except FileNotFoundError as err:
+        return f"{err} ({expected})"
     try:
-        module = importlib.import_module(f"rewards.{name}")
+        module = importlib.import_module(module_name(name))
     except Exception as err:  # noqa: BLE001 - the module's own import error, named
-        return f"reward {name!r}: importing rewards/{name}.py raised {type(err).__name__}: {err}"
+        return f"reward {name!r}: importing {file} raised {type(err).__name__}: {err}"
     # A signature that cannot take the summary failed every call: every trajectory
     # was left out as reward_failed until the run gave up minutes later.
     for fn_name, args in (("reward", ("summary",)), ("handler", ("event", "context"))):
@@ -141,15 +140,15 @@ def _reward_problem(name: str, summary: dict, need_handler: bool = False) -> str
         if fn is None and fn_name == "handler":
             if not need_handler:
                 continue  # only a serverless deployment calls it
-            return (f"reward {name!r}: rewards/{name}.py has no function handler(event, context), which "
+            return (f"reward {name!r}: {file} has no function handler(event, context), which "
                     "reward.mode=serverless invokes: add `def handler(event, context): return "
                     "{'reward': reward(event)}`, or run with reward=local")
         if not callable(fn):
-            return f"reward {name!r}: rewards/{name}.py has no function {fn_name}({', '.join(args)}) ({expected})"
+            return f"reward {name!r}: {file} has no function {fn_name}({', '.join(args)}) ({expected})"
         try:
             inspect.signature(fn).bind(*args)
         except TypeError:
-            return (f"reward {name!r}: rewards/{name}.py's {fn_name}{inspect.signature(fn)} cannot be called "
+            return (f"reward {name!r}: {file}'s {fn_name}{inspect.signature(fn)} cannot be called "
                     f"as {fn_name}({', '.join(args)}); give it exactly those parameters")
         except ValueError:  # no signature to read (a builtin): let the call decide
             pass
@@ -161,11 +160,11 @@ def _reward_problem(name: str, summary: dict, need_handler: bool = False) -> str
         # own reward timeouts deal with one that never returns; the start goes on.
         return ""
     if error is not None:
-        return (f"reward {name!r}: rewards/{name}.py's reward(summary) raised {type(error).__name__}: {error} "
+        return (f"reward {name!r}: {file}'s reward(summary) raised {type(error).__name__}: {error} "
                 f"on a one-turn episode's summary (keys: {', '.join(summary)})")
     value, why = parse_reward(result)
     if value is None:
-        return (f"reward {name!r}: rewards/{name}.py's reward(summary) must return a finite number "
+        return (f"reward {name!r}: {file}'s reward(summary) must return a finite number "
                 f"(or {{'reward': number}}); {why}")
     return ""
 

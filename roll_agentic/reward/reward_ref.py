@@ -1,0 +1,84 @@
+"""What a task's `reward` names: a module of this repo's `rewards/`, or one of yours.
+
+    reward: frozenlake              # rewards/frozenlake.py
+    reward: my_pkg.scoring          # my_pkg/scoring.py, importable from the run's folder
+
+A bare name is a module in the shipped `rewards` package; a dotted name is
+any importable module, found the way a task's `env_id` entry point is (the
+run's folder is on the path of the run and of every process it starts).
+Before this, a reward had to be copied into the installed `rewards/`, so a
+user's env and its reward could not live in the user's own package.
+
+Either way the module is deployed as one file (the Lambda zip holds just
+that file, whose `handler` is `<file stem>.handler`) and its function is
+named `function_prefix + <file stem>`: `roll-agentic-scoring` for
+`my_pkg.scoring`, the name `roll-agentic serverless deploy my_pkg/scoring.py`
+gives it too. Two tasks whose rewards are different modules with the same
+stem would share one function, so the config refuses them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+BUILTIN_PACKAGE = "rewards"
+
+
+def module_name(ref: str) -> str:
+    """The importable module a task's `reward` names."""
+    return ref if "." in ref else f"{BUILTIN_PACKAGE}.{ref}"
+
+
+def function_stem(ref: str) -> str:
+    """The part of the Lambda function's name after the prefix: the module's file stem."""
+    return ref.rsplit(".", 1)[-1]
+
+
+def shown_as(ref: str) -> str:
+    """How a message names the module's file: `rewards/x.py`, or `my_pkg/x.py`."""
+    return module_name(ref).replace(".", "/") + ".py"
+
+
+def syntax_problem(ref: object) -> str:
+    """Why `ref` cannot name a reward module at all, or "" (checked before anything is imported)."""
+    if not isinstance(ref, str) or not ref:
+        return "a module name: one in rewards/ (frozenlake) or a dotted path to yours (my_pkg.my_reward)"
+    parts = ref.split(".")
+    if not all(p.isidentifier() for p in parts):
+        return (f"a module name made of Python identifiers joined by dots ({ref!r} is not one): "
+                "frozenlake for rewards/frozenlake.py, my_pkg.my_reward for my_pkg/my_reward.py")
+    if len(parts) > 1 and parts[0] == BUILTIN_PACKAGE:
+        return f"{parts[-1]!r} alone for a module in rewards/ (not {ref!r})"
+    return ""
+
+
+def stem_clashes(refs: list[str]) -> list[tuple[str, str]]:
+    """Pairs of different rewards that would deploy to one function (same file stem)."""
+    by_stem: dict[str, str] = {}
+    clashes = []
+    for ref in dict.fromkeys(refs):
+        first = by_stem.setdefault(function_stem(ref), ref)
+        if first != ref:
+            clashes.append((first, ref))
+    return clashes
+
+
+def source_file(ref: str) -> Path:
+    """The module's file, without importing it; FileNotFoundError saying what is missing."""
+    name = module_name(ref)
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):  # a parent that is no package, or is not importable
+        spec = None
+    if spec is None or not spec.origin or not spec.has_location:
+        if "." not in ref:
+            raise FileNotFoundError(f"reward {ref!r} is not a module in rewards/")
+        raise FileNotFoundError(
+            f"reward {ref!r}: no module {name} is importable from the run's folder (run from the "
+            "folder that holds its package, or add that folder to PYTHONPATH)")
+    path = Path(spec.origin)
+    if path.suffix != ".py" or path.name == "__init__.py":
+        raise FileNotFoundError(
+            f"reward {ref!r}: {path} is not a plain module file; a reward is deployed as one .py file")
+    return path
