@@ -75,6 +75,23 @@ def _cmd_env_check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _cmd_env_new(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from envs.scaffold import ScaffoldError, next_steps, scaffold
+
+    try:
+        files = scaffold(args.name, Path(args.dir))
+    except ScaffoldError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print("wrote " + ", ".join(str(f) for f in files))
+    print(f"from {Path(args.dir).resolve()}, check it and train on it:")
+    for line in next_steps(args.name):
+        print(f"  {line}")
+    return 0
+
+
 def _add_optional(subparsers, name: str, module: str) -> None:
     """Subcommands whose code lives in their own packages register themselves."""
     try:
@@ -111,6 +128,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--kwargs", default="", help="env kwargs as a JSON object")
     c.add_argument("--seed", type=int, default=0)
     c.set_defaults(func=_cmd_env_check)
+    n = esub.add_parser("new", help="write a working env and reward package to start a task from")
+    n.add_argument("name", help="the package's name, e.g. my_task")
+    n.add_argument("--dir", default=".", help="the folder to write it in (default: here)")
+    n.set_defaults(func=_cmd_env_new)
 
     for name, module in OPTIONAL_COMMANDS.items():
         if only is None or only == name:
