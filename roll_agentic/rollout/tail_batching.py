@@ -38,11 +38,14 @@ deferred whole to a long round, never cut).
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections import Counter, deque
 
 from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
 from roll_agentic.rollout.trajectory import Ticket, Trajectory
+
+log = logging.getLogger(__name__)
 
 
 class TailBatchingBuffer(TrajectoryBuffer):
@@ -74,8 +77,13 @@ class TailBatchingBuffer(TrajectoryBuffer):
         self._start_round()
 
     # -- rounds -----------------------------------------------------------------------------
-    def _start_round(self, fill: list[tuple[str, int]] | None = None) -> None:
-        """Opens the next round; `fill`: a resumed long round's fill prompts (drawn before)."""
+    def _start_round(self, fill: list[tuple[str, int]] | None = None,
+                     spare: list[tuple[str, int]] | None = None) -> None:
+        """Opens the next round; `fill`: a resumed long round's fill prompts (drawn before).
+        `spare`: fill prompts of a resumed long round sized for another P0; a long round takes
+        its fill from them first, and the rest (all, in a short round) are requeued. They were
+        drawn, maybe run, never trained: dropping them lost them (nothing re-draws them)."""
+        spare = [] if spare is None else spare
         p0 = self.groups_per_step
         self._done_groups.clear()
         self.round_id += 1
@@ -88,7 +96,8 @@ class TailBatchingBuffer(TrajectoryBuffer):
             self.tail["rounds_long"] += 1
             prompts = [self.long_queue.popleft() for _ in range(p0)]
             if fill is None:
-                fill = self._fill_prompts(Counter(task for task, _ in prompts)) if self.fill_tasks else []
+                fill = self._fill_prompts(Counter(task for task, _ in prompts), spare) if self.fill_tasks else []
+            self._requeue(spare)
             self._round_prompts, self._round_fill = prompts, fill
             self._round_target = p0 + len(fill)
             for task, seed in prompts + fill:
@@ -98,6 +107,8 @@ class TailBatchingBuffer(TrajectoryBuffer):
             self.round_kind = "short"
             self.tail["rounds_short"] += 1
             self._round_prompts, self._round_fill = [], []
+            # A resumed long round that cannot run here: its fill prompts race in this round.
+            self._requeue((fill or []) + spare)
             for _ in range(math.ceil(self.eta * p0)):
                 if self._requeued:  # prompts of a round cut short by a resume come first
                     t = self._requeued.popleft()
@@ -108,14 +119,26 @@ class TailBatchingBuffer(TrajectoryBuffer):
                 self._round_tickets.append(Ticket("", task, seed, math.ceil(self.eta_responses * r0), self.state.version,
                                                   r0, self.round_id))
 
-    def _fill_prompts(self, queued: Counter) -> list[tuple[str, int]]:
-        """Fresh prompts that bring each task up to its weighted share of P0 (at least one)."""
+    def _fill_prompts(self, queued: Counter, spare: list[tuple[str, int]] | None = None) -> list[tuple[str, int]]:
+        """Prompts that bring each task up to its weighted share of P0 (at least one): those of
+        `spare` first (taken out of it), then fresh ones."""
         total = sum(t.weight for t in self.tasks)
-        fill = []
+        pool = [] if spare is None else spare
+        fill: list[tuple[str, int]] = []
         for t in self.tasks:
             share = max(1, round(self.groups_per_step * t.weight / total))
-            fill += [(t.name, self.rng.randrange(2**31)) for _ in range(share - queued[t.name])]
+            need = max(0, share - queued[t.name])
+            reused = [p for p in pool if p[0] == t.name][:need]
+            for p in reused:
+                pool.remove(p)
+            fill += reused + [(t.name, self.rng.randrange(2**31)) for _ in range(need - len(reused))]
         return fill
+
+    def _requeue(self, prompts: list[tuple[str, int]]) -> None:
+        """Prompts a short round issues before fresh ones (after those already requeued); as
+        in the plain buffer's resume, one of a task no longer configured has no worker to run it."""
+        self._requeued.extend(Ticket("", task, seed, self._group_size[task], self.state.version)
+                              for task, seed in prompts if task in self._group_size)
 
     def _close_round(self) -> None:
         for gid in list(self._round_groups):  # still running: abort and queue as long prompts
@@ -271,11 +294,13 @@ class TailBatchingBuffer(TrajectoryBuffer):
             # The round closed but was not trained: it runs again on resume and counts its
             # fill prompts again when it closes again.
             state["tail"]["fill_prompts"] -= self._round_target - self.groups_per_step
+        state["groups_per_step"] = self.groups_per_step  # the size the saved round was built for
         return state
 
     def import_state(self, state: dict) -> None:
         super().import_state(state)
-        self.long_queue = deque(tuple(x) for x in state.get("long_queue", []))
+        # As the plain buffer's requeue does: a task no longer configured has no worker to play it.
+        self.long_queue = deque(tuple(x) for x in state.get("long_queue", []) if x[0] in self._group_size)
         self._round_tickets.clear()  # the round built at construction is replaced
         kind = self.round_kind  # that round's, counted at construction
         if "tail" in state:  # the run's totals, the round in progress at the checkpoint included
@@ -283,10 +308,32 @@ class TailBatchingBuffer(TrajectoryBuffer):
             kind = state["round_kind"]
         self.tail["rounds_short" if kind == "short" else "rounds_long"] -= 1  # it starts again below
         self.round_id -= 1
-        fill = None
+        fill, spare = None, None
+        saved_p0 = state.get("groups_per_step", self.groups_per_step)  # older checkpoints: unknown
         if kind == "long" and "round_fill" in state:  # the same long round: its prompts head the queue
-            fill = [(task, seed) for task, seed in state["round_fill"]] if self.fill_tasks else []
-        self._start_round(fill)
+            fill = ([(task, seed) for task, seed in state["round_fill"] if task in self._group_size]
+                    if self.fill_tasks else [])
+            if saved_p0 != self.groups_per_step and fill:
+                # Sized for the old P0, the round cannot run as saved: the new round takes P0
+                # prompts off the queue's head, and its fill comes from the saved fill first;
+                # what it leaves (all of it, when the queue is now too short for a long round)
+                # is requeued, so each saved fill prompt is still issued once.
+                fill, spare = None, fill
+        self._start_round(fill, spare)
+        if saved_p0 != self.groups_per_step:
+            saved_fill = [(task, seed) for task, seed in state.get("round_fill", []) if task in self._group_size]
+            self._say_round_size_changed(saved_p0, kind, saved_fill)
+
+    def _say_round_size_changed(self, saved_p0: int, saved_kind: str, saved_fill: list[tuple[str, int]]) -> None:
+        """One line: a resume at another round size changes which prompts the next rounds run."""
+        msg = (f"tail batching resumed with groups_per_step={self.groups_per_step} (the checkpoint's "
+               f"was {saved_p0}): rounds now keep {self.groups_per_step} prompts; the saved {saved_kind} "
+               f"round restarts as a {self.round_kind} round")
+        if saved_kind == "long" and saved_fill and self.fill_tasks:
+            reused = sum(p in saved_fill for p in self._round_fill)
+            msg += (f"; of its {len(saved_fill)} fill prompts, {reused} fill this round and "
+                    f"{len(saved_fill) - reused} are requeued (short rounds issue them before fresh prompts)")
+        log.warning(msg + f"; {len(self.long_queue)} deferred prompts wait in the long queue")
 
     def metrics(self) -> dict[str, float]:
         m = super().metrics()
