@@ -24,8 +24,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from roll_agentic.config import ConfigError
     from roll_agentic.hydra_config import load_config
 
+    config_dir, config_name = args.config_dir, args.config_name
+    if args.config:  # one file of the user's: its folder and name
+        if config_dir is not None or config_name != "config":
+            print("config error: give --config FILE, or --config-dir and --config-name, not both", file=sys.stderr)
+            return 2
+        config_dir, config_name = os.path.dirname(os.path.abspath(args.config)), os.path.basename(args.config)
     try:
-        cfg = load_config(args.overrides, config_dir=args.config_dir, config_name=args.config_name)
+        cfg = load_config(args.overrides, config_dir=config_dir, config_name=config_name)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
@@ -109,6 +115,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a policy (hydra overrides follow)", epilog=TRAIN_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("overrides", nargs="*", help="key=value config overrides")
+    p.add_argument("--config", "-c", default=None, metavar="FILE",
+                   help="a yaml of your own run; `defaults: [config, _self_]` at its top starts it from "
+                        "the default run (overrides on the command line still apply on top)")
     p.add_argument("--config-dir", default=None, help="directory holding config.yaml (default: the repo's conf/)")
     p.add_argument("--config-name", default="config", help="config file name without .yaml")
     p.set_defaults(func=_cmd_train)

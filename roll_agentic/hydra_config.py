@@ -86,6 +86,15 @@ def _one_line(err: BaseException) -> str:
         name, index = entry.groups()
         return (f"config key '{name}[{index}]': {name} has no entry {index} (entries are numbered from 0); "
                 f"to add one, give the whole list, e.g. {name}=[{{...}},{{...}}]")
+    group = re.search(r"str is not a subclass of (\w+)\. value: (\S+)", str(cause or err))
+    if group:
+        # `engine: hf` in the body of a run's yaml: a group's option goes in its defaults list.
+        names = [f.name for f in dataclasses.fields(Config) if str(f.type) == group.group(1)]
+        if names and (DEFAULT_CONF_DIR / names[0]).is_dir():
+            name, option = names[0], group.group(2)
+            return (f"'{name}: {option}' sets the whole {name} section to a string: {name} is a config group, "
+                    f"so choose its option in the yaml's defaults list (`- override {name}: {option}`, "
+                    f"after `- config`) or on the command line ({name}={option})")
     if isinstance(cause, ValidationError):
         key = getattr(cause, "full_key", "") or "?"
         first = str(cause).splitlines()[0]
@@ -110,18 +119,26 @@ def load_config(overrides: list[str], config_dir: str | Path | None = None, conf
     """Composes and validates; raises ConfigError with one line on any bad key or value."""
     register_schema()
     conf_dir = Path(config_dir or DEFAULT_CONF_DIR).resolve()
+    config_name = config_name.removesuffix(".yaml")
     if not (conf_dir / f"{config_name}.yaml").exists():
         raise ConfigError(f"no {config_name}.yaml in {conf_dir}")
+    overrides = list(overrides)
+    if conf_dir != DEFAULT_CONF_DIR.resolve() and not any(o.startswith("hydra.searchpath") for o in overrides):
+        # A folder of the user's own sees the repo's conf/ too: a file there may start from
+        # the default run (`defaults: [config, _self_]`) and pick groups (`override engine: hf`).
+        overrides.append(f"hydra.searchpath=[file://{DEFAULT_CONF_DIR.resolve()}]")
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
-            composed = compose(config_name=config_name, overrides=list(overrides))
+            composed = compose(config_name=config_name, overrides=overrides)
         obj = OmegaConf.to_object(composed)
     except (ConfigCompositionException, MissingConfigException, OmegaConfBaseException) as err:
         raise ConfigError(_one_line(err)) from None
     except Exception as err:  # hydra's override grammar errors and the like
         raise ConfigError(_one_line(err)) from None
     if not isinstance(obj, Config):
-        raise ConfigError("conf/config.yaml must start from base_config (the schema)")
+        raise ConfigError(f"{conf_dir / config_name}.yaml must start from the schema: put `defaults: "
+                          "[config, _self_]` at its top to start from the default run, or `defaults: "
+                          "[base_config, _self_]` to give every key yourself")
     # Struct mode refuses `trainer.total_stepz=5`, but `+trainer.total_stepz=5` (Hydra's own
     # advice for a key it does not know) adds the key: the run went on ignoring it.
     unknown = _unknown_keys(composed, Config, "")
