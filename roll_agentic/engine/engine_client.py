@@ -26,11 +26,26 @@ fails with `EngineTimeout`, an engine failure like a dead actor's (the worker
 marks the engine dead and retries elsewhere), and the host is told to drop
 the request and to prove it still serves before it is routed to again
 (`EngineHost.expire`).
+
+The limit counts only time the engine was awake. A sleeping engine (put to sleep
+for a weight sync, a RollMux phase switch, `bench reliability`) holds its
+requests until the wake, and that is no fault: such a request used to reach the
+limit and fail like a dead engine's (the worker counted an engine failure,
+marked the engine dead and retried the episode elsewhere). When a request
+reaches its limit the client asks the host how long the engine slept while it
+held the request (`EngineHost.slept_during`, one call for all the requests due
+at once) and, if it slept, waits that much longer; the check repeats for as long
+as the engine sleeps. An engine awake and silent for the whole limit still fails
+the request, as does one that cannot say how long it slept (a host without
+`slept_during`, one that does not answer the question within `SLEEP_CHECK_S`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
+from dataclasses import dataclass
 from typing import Any
 
 from roll_agentic.engine.protocol import GenerationResult, SamplingParams
@@ -41,6 +56,11 @@ RESULT_LINGER_S = 0.01
 # No answer within this long means the engine is wedged, not slow: far above a
 # long-tail reply (thousands of tokens) on a loaded engine, far below forever.
 REQUEST_TIMEOUT_S = 600.0
+# The longest a request past its limit waits to learn whether its engine slept: a host
+# answers at once unless its actor is stuck too, and then the request fails as before.
+SLEEP_CHECK_S = 30.0
+
+log = logging.getLogger(__name__)
 
 
 class EngineRequestError(RuntimeError):
@@ -53,6 +73,16 @@ class EngineRefusedRequest(EngineRequestError):
 
 class EngineTimeout(EngineRequestError):
     """The engine did not answer this request within the client's time limit."""
+
+
+@dataclass(eq=False)
+class _Wait:
+    """A request under its time limit."""
+    fut: asyncio.Future
+    request_id: str
+    started: float  # loop.time() when it was issued
+    timer: asyncio.TimerHandle | None = None
+    slept_s: float = 0.0  # of its wait so far, seconds the engine was asleep (as last asked)
 
 
 class BatchingEngineClient:
@@ -73,36 +103,92 @@ class BatchingEngineClient:
         self.messages = 0  # result messages received on those calls' streams
         self.requests = 0
         self.timeouts = 0  # requests given up on (EngineTimeout)
+        self.sleep_extensions = 0  # times a request past its limit waited on because its engine slept
+        self._due: dict[str, _Wait] = {}  # past their limit, waiting to learn whether the engine slept
+        self._checking = False
 
     async def generate(self, token_ids: list[int], sampling: SamplingParams, request_id: str,
                        task: str = "") -> GenerationResult:
         self.requests += 1
-        if not self.streaming:
-            try:
-                return await asyncio.wait_for(self.handle.generate.remote(token_ids, sampling, request_id, task),
-                                              self.request_timeout_s)
-            except TimeoutError:
-                raise self._give_up(request_id) from None
         loop = asyncio.get_running_loop()
         fut: asyncio.Future = loop.create_future()
-        self._pending.append(((token_ids, sampling, request_id, task), fut))
-        if not self._flush_scheduled:  # everything issued before the loop turns goes with it
-            self._flush_scheduled = True
-            loop.call_soon(self._flush)
+        if self.streaming:
+            self._pending.append(((token_ids, sampling, request_id, task), fut))
+            if not self._flush_scheduled:  # everything issued before the loop turns goes with it
+                self._flush_scheduled = True
+                loop.call_soon(self._flush)
+        else:  # in process: one call; failing or cancelling `fut` stops it
+            call = asyncio.ensure_future(self.handle.generate.remote(token_ids, sampling, request_id, task))
+            call.add_done_callback(functools.partial(_settle, fut))
+            fut.add_done_callback(lambda _: call.cancel())
+        if self.request_timeout_s is None:
+            return await fut
         # One timer per request, not wait_for: that wraps every request in a task of its own.
-        timer = (loop.call_later(self.request_timeout_s, self._expire, fut, request_id)
-                 if self.request_timeout_s is not None else None)
+        wait = _Wait(fut, request_id, loop.time())
+        wait.timer = loop.call_later(self.request_timeout_s, self._expire, wait)
         try:
             return await fut
         finally:
-            if timer is not None:
-                timer.cancel()
+            wait.timer.cancel()  # the latest one: a sleeping engine's requests are re-armed
+            self._due.pop(request_id, None)
 
-    def _expire(self, fut: asyncio.Future, request_id: str) -> None:
-        if not fut.done():
-            fut.set_exception(self._give_up(request_id))
+    def _expire(self, wait: _Wait) -> None:
+        """Its limit passed: asks the host whether the engine slept meanwhile (with every
+        other request due by then), before giving up on it."""
+        if wait.fut.done():
+            return
+        self._due[wait.request_id] = wait
+        if not self._checking:
+            self._checking = True
+            checker = asyncio.ensure_future(self._check_sleep())
+            self._collectors.add(checker)
+            checker.add_done_callback(self._collectors.discard)
 
-    def _give_up(self, request_id: str) -> EngineTimeout:
+    async def _check_sleep(self) -> None:
+        try:
+            while self._due:
+                due, self._due = self._due, {}
+                try:
+                    slept = await asyncio.wait_for(self.handle.slept_during.remote(list(due)),
+                                                   min(SLEEP_CHECK_S, self.request_timeout_s))
+                except Exception as err:  # noqa: BLE001 - dead, stuck, or unable to say: no time asleep to add
+                    log.warning("engine requests %s: could not learn whether their engine slept (%s: %s): "
+                                "none of their wait is taken for sleep", list(due)[:3], type(err).__name__, err)
+                    slept = {}
+                self._settle_due(due, slept)
+        finally:
+            self._checking = False
+
+    def _settle_due(self, due: dict[str, _Wait], slept: dict[str, float]) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        extended: list[_Wait] = []
+        failed: list[_Wait] = []
+        for request_id, wait in due.items():
+            if wait.fut.done():  # answered or cancelled while the host was asked
+                continue
+            more = slept.get(request_id, 0.0) - wait.slept_s
+            wait.slept_s += max(0.0, more)
+            left = self.request_timeout_s - (now - wait.started - wait.slept_s)
+            if more > 0 and left > 0:  # the engine slept since the last look: the limit moves on that much
+                wait.timer = loop.call_later(left, self._expire, wait)
+                extended.append(wait)
+            else:  # awake for the whole limit (or unable to say): fails like a dead engine
+                wait.fut.set_exception(self._give_up(request_id, wait.slept_s))
+                failed.append(wait)
+        # One line per check, not per request: a sleep holds every request of the engine.
+        if extended:
+            self.sleep_extensions += len(extended)
+            log.info("%d engine request(s) (%s) past their %gs limit waited on a sleeping engine (asleep %.1f-%.1f s "
+                     "of their wait): still waiting, not failed; the limit counts only time the engine is awake",
+                     len(extended), _some(extended), self.request_timeout_s,
+                     min(w.slept_s for w in extended), max(w.slept_s for w in extended))
+        if failed:
+            log.warning("%d engine request(s) (%s) got no answer within their %gs limit of the engine awake (time "
+                        "asleep not counted): failed as engine failures", len(failed), _some(failed),
+                        self.request_timeout_s)
+
+    def _give_up(self, request_id: str, slept_s: float = 0.0) -> EngineTimeout:
         self.timeouts += 1
         # The engine may still hold the request (a slot, its KV cache): drop it there, and
         # make the host prove it serves before anyone routes to it again. Fire and forget:
@@ -111,7 +197,8 @@ class BatchingEngineClient:
             self.handle.expire.remote(request_id)
         except Exception:  # noqa: BLE001 - gone, or a stand-in without expire: nothing to free
             pass
-        return EngineTimeout(f"engine request {request_id}: no answer within {self.request_timeout_s}s")
+        asleep = f" of the engine awake (and {slept_s:.1f}s asleep, not counted)" if slept_s > 0 else ""
+        return EngineTimeout(f"engine request {request_id}: no answer within {self.request_timeout_s}s{asleep}")
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -147,6 +234,23 @@ class BatchingEngineClient:
             _fail(waiting, err)
             return
         _fail(waiting, EngineRequestError("the engine's stream ended without answering these requests"))
+
+
+def _some(waits: list[_Wait]) -> str:
+    return ", ".join(w.request_id for w in waits[:3]) + (", ..." if len(waits) > 3 else "")
+
+
+def _settle(fut: asyncio.Future, call: asyncio.Future) -> None:
+    """Passes an in-process call's outcome on to the request's future (if still waiting)."""
+    err = None if call.cancelled() else call.exception()  # retrieved even when no one waits for it
+    if fut.done():
+        return
+    if call.cancelled():
+        fut.cancel()
+    elif err is not None:
+        fut.set_exception(err)
+    else:
+        fut.set_result(call.result())
 
 
 def _fail(waiting: dict[str, asyncio.Future], err: BaseException) -> None:

@@ -14,7 +14,10 @@ back with it; meant for weight syncs) is not a fault: a sleeping engine holds
 its requests until the wake, `ping` answers at once (alive; `stats()["asleep"]`
 says why nothing is served) without probing a suspect engine (the probe would
 wait for the wake), and time asleep does not count towards `wedged_restart_s`:
-the first ping after the wake probes it.
+the first ping after the wake probes it. Nor towards a client's time limit: the
+host counts how long each request it holds has waited on a sleeping engine
+(`slept_during`), and the client extends the request's limit by that much
+(engine_client.py) instead of failing it like a dead engine's.
 """
 
 from __future__ import annotations
@@ -64,6 +67,9 @@ class EngineHost:
         self.wedged_restart_s = WEDGED_RESTART_S
         self._probe: asyncio.Future | None = None  # shared by the pings waiting on it
         self._asleep = False  # between sleep() and wake(): requests wait, and that is no fault
+        self._slept_s = 0.0  # time asleep in all, sleeps that ended (time.monotonic() seconds)
+        self._asleep_since: float | None = None  # when the current sleep began
+        self._slept_at_arrival: dict[str, float] = {}  # request_id -> _slept_total() when it came
         self._exiting: asyncio.Future | None = None
         freeze_startup_heap()
 
@@ -87,6 +93,14 @@ class EngineHost:
 
     async def generate(self, token_ids: list[int], sampling: SamplingParams, request_id: str,
                        task: str = "") -> GenerationResult:
+        self._slept_at_arrival[request_id] = self._slept_total()
+        try:
+            return await self._generate(token_ids, sampling, request_id, task)
+        finally:
+            self._slept_at_arrival.pop(request_id, None)
+
+    async def _generate(self, token_ids: list[int], sampling: SamplingParams, request_id: str,
+                        task: str) -> GenerationResult:
         faults.engine_request()
         self._check_prompt(token_ids, request_id)
         if self._restore_pending():
@@ -179,18 +193,34 @@ class EngineHost:
 
     async def sleep(self) -> None:
         self._asleep = True
+        if self._asleep_since is None:
+            self._asleep_since = time.monotonic()
         await self.engine.sleep()
 
     async def wake(self) -> None:
         await self.engine.wake()
         self._asleep = False
+        if self._asleep_since is not None:  # waking took time in which nothing was served, too
+            self._slept_s += time.monotonic() - self._asleep_since
+            self._asleep_since = None
         if self._suspect:  # time asleep was no time to answer in: the wedge clock starts now
             self._suspect_since = time.monotonic()
+
+    def _slept_total(self) -> float:
+        """Seconds this engine has spent asleep since the host started, the current sleep included."""
+        return self._slept_s + (time.monotonic() - self._asleep_since if self._asleep_since is not None else 0.0)
+
+    def slept_during(self, request_ids: list[str]) -> dict[str, float]:
+        """For each of these requests the host holds: seconds the engine has been asleep
+        since it arrived. A client's time limit counts only the rest (engine_client.py).
+        Requests it does not hold (never arrived, or already answered) are left out."""
+        now = self._slept_total()
+        return {rid: now - self._slept_at_arrival[rid] for rid in request_ids if rid in self._slept_at_arrival}
 
     def stats(self) -> dict:
         busy = self.busy_s + (time.time() - self.busy_since if self.busy_since else 0.0)
         return {"pool": self.pool, "hardware": self.hardware, "outstanding": self.outstanding,
-                "expired": self.expired, "asleep": self._asleep, "busy_s": busy,
+                "expired": self.expired, "asleep": self._asleep, "asleep_s": self._slept_total(), "busy_s": busy,
                 "uptime_s": time.time() - self.started,
                 "engine": self.engine.stats(), "per_task": self.per_task}
 

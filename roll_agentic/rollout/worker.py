@@ -92,7 +92,8 @@ class RolloutWorker:
         self.tasks = {t.name: t for t in tasks}
         self.fmt = chat_format_for(AutoTokenizer.from_pretrained(model_path))
         self.engines = engines
-        # generate calls, batched per loop turn; one past generate_timeout_s fails like a dead engine
+        # generate calls, batched per loop turn; one unanswered for generate_timeout_s of its engine
+        # awake fails like a dead engine (time the engine sleeps is no fault: engine_client.py)
         self.engine_clients = [BatchingEngineClient(e, request_timeout_s=generate_timeout_s) for e in engines]
         self.router = router
         # assign/release, batched under bursts; with one engine, only told (router_client.py)

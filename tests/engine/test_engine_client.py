@@ -16,6 +16,7 @@ from roll_agentic.engine.engine_client import (
     BatchingEngineClient,
     EngineRefusedRequest,
     EngineRequestError,
+    EngineTimeout,
 )
 from roll_agentic.engine.host import engine_actor_class
 from roll_agentic.engine.protocol import GenerationResult, SamplingParams
@@ -113,3 +114,33 @@ def test_in_process_engines_are_called_directly():
     client, result = asyncio.run(main())
     assert not client.streaming and client.calls == 0
     assert result.token_ids == [4, 5] and result.weight_version == 3
+
+
+def test_an_in_process_engine_that_never_answers_times_out_and_its_call_is_stopped():
+    """A stand-in that cannot say whether it slept (no `slept_during`): past the limit the
+    request fails as before, the engine is told to drop it, and the call stops."""
+    class Hangs:
+        def __init__(self):
+            self.expired: list[str] = []
+            self.cancelled = False
+
+        async def generate(self, token_ids, sampling, request_id, task=""):
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled = True
+                raise
+
+        def expire(self, request_id):
+            self.expired.append(request_id)
+
+    async def main():
+        engine = Hangs()
+        client = BatchingEngineClient(LocalHandle(engine), request_timeout_s=0.3)
+        with pytest.raises(EngineTimeout, match="no answer within 0.3s"):
+            await asyncio.wait_for(client.generate([4, 5], SamplingParams(), "h"), 10)
+        await asyncio.sleep(0)  # the cancellation reaches the call
+        return client, engine
+
+    client, engine = asyncio.run(main())
+    assert client.timeouts == 1 and engine.expired == ["h"] and engine.cancelled

@@ -183,8 +183,8 @@ def test_an_engine_wedged_for_good_is_restarted_not_pinged_forever(tiny_model_pa
 
 def test_a_sleeping_engine_is_alive_and_never_restarted_for_sleeping(tiny_model_path):
     """An engine put to sleep (bench reliability-load does; meant for weight syncs) holds its requests
-    until `wake`. A request whose client gave up meanwhile (a sleep longer than the
-    client's time limit) made the host suspect; its next ping then probed through the
+    until `wake`. A request whose client gave up meanwhile (before clients counted only
+    time awake, a sleep longer than the client's time limit did) made the host suspect; its next ping then probed through the
     sleeping engine, which could not answer before the wake, and once `wedged_restart_s`
     had passed the host ended itself: Ray restarted an engine that was only asleep (and
     the restarted one came back awake, spending the actor's one restart)."""
@@ -200,11 +200,9 @@ def test_a_sleeping_engine_is_alive_and_never_restarted_for_sleeping(tiny_model_
             # waits for the wake: no time limit of its own
             held = asyncio.ensure_future(BatchingEngineClient(handle, request_timeout_s=None).generate(
                 [1, 2, 3], SamplingParams(max_tokens=2), "held"))
-            impatient = BatchingEngineClient(handle, request_timeout_s=0.5)
-            with pytest.raises(EngineTimeout):
-                await impatient.generate([1, 2, 3], SamplingParams(max_tokens=2), "gave-up")
-            while (await handle.stats.remote())["expired"] < 1:
-                await asyncio.sleep(0.05)
+            # A client gives up on a request to a sleeping engine only where it cannot learn
+            # how long the engine slept (test_a_request_waits_out_its_engines_sleep...): one did.
+            await handle.expire.remote("gave-up")
             await asyncio.sleep(1.5)  # asleep for longer than wedged_restart_s
             # alive, and says it is asleep: answered at once, not after the wake
             pinged_asleep = await _answers(handle.ping.remote(), 5.0)
@@ -233,6 +231,51 @@ def test_a_sleeping_engine_is_alive_and_never_restarted_for_sleeping(tiny_model_
         assert pinged_suspect_asleep and pinged_suspect_awake
         assert not ray.get(handle.stats.remote(), timeout=30)["asleep"]
         assert ray.get(handle.__ray_call__.remote(_pid), timeout=60) == first_pid
+    finally:
+        ray.kill(handle)
+        if started:
+            ray.shutdown()
+
+
+def test_a_request_waits_out_its_engines_sleep_and_an_awake_wedged_engine_still_times_out(tiny_model_path):
+    """The client's time limit counts only time its engine is awake. A request past the
+    limit while its engine slept (RollMux phase switches, weight syncs, `bench reliability`)
+    failed like a dead engine's: the worker counted an engine failure, marked the engine
+    dead and retried the episode elsewhere. An engine that wakes wedged still fails the
+    request once it has been awake for the limit."""
+    started = init_ray(RayConfig(num_cpus=2))
+    handle = engine_actor_class(1.0).remote("hf", tiny_model_path, EngineConfig(backend="hf"))
+    try:
+        ray.get(handle.ping.remote(), timeout=120)
+        ray.get(handle.sleep.remote(), timeout=60)
+
+        async def main():
+            client = BatchingEngineClient(handle, request_timeout_s=1.0)
+            held = asyncio.ensure_future(client.generate([1, 2, 3], SamplingParams(max_tokens=2), "held"))
+            await asyncio.sleep(3.5)  # asleep for over three limits
+            done_asleep = held.done()
+            await handle.wake.remote()
+            result = await asyncio.wait_for(held, 60)
+            expired_after_sleep = (await handle.stats.remote())["expired"]
+            # Asleep past the limit, then woken wedged: it fails a limit after the wake, not at it.
+            await handle.sleep.remote()
+            hung = asyncio.ensure_future(client.generate([1, 2, 3], SamplingParams(max_tokens=2), "hung"))
+            await asyncio.sleep(2.5)
+            await handle.__ray_call__.remote(_wedge)
+            await handle.wake.remote()
+            woke = time.monotonic()
+            failed = (await asyncio.wait_for(asyncio.gather(hung, return_exceptions=True), 30))[0]
+            failed_after_s = time.monotonic() - woke
+            await handle.__ray_call__.remote(_unwedge)
+            return client, done_asleep, result, expired_after_sleep, failed, failed_after_s
+
+        client, done_asleep, result, expired_after_sleep, failed, failed_after_s = asyncio.run(main())
+        assert not done_asleep  # neither failed nor answered while asleep
+        assert isinstance(result, GenerationResult) and len(result.token_ids) == 2
+        assert expired_after_sleep == 0  # the host was not made suspect for sleeping
+        assert isinstance(failed, EngineTimeout) and "asleep" in str(failed), failed
+        assert 0.8 <= failed_after_s < 10, failed_after_s
+        assert client.timeouts == 1
     finally:
         ray.kill(handle)
         if started:

@@ -182,3 +182,29 @@ def test_a_request_the_engine_aborts_on_its_own_is_retried_not_trained_on(tiny_m
     assert len(aborted) == 1 and worker.counters["engine_failures"] == 1
     for traj in group:
         assert traj.status == "ok" and all(t.finish_reason != "abort" for t in traj.turns)
+
+
+def test_an_engine_asleep_past_the_request_limit_is_no_engine_failure(tiny_model_path):
+    """An engine put to sleep (RollMux phase switches, weight syncs, `bench reliability`)
+    holds its requests until the wake, and its host answers pings: it is alive. A request
+    past the client's time limit while it slept failed like a dead engine's: counted as an
+    engine failure, its engine marked dead, and the episode retried elsewhere (here, on the
+    same sleeping engine, until out of retries). The limit counts time awake only."""
+    async def main():
+        engine, buffer, worker = _setup(tiny_model_path, alpha=1, delay=0.0)
+        worker.engine_clients[0].request_timeout_s = 1.0
+        await engine.sleep()
+        run = asyncio.ensure_future(worker.run())
+        await asyncio.sleep(4.0)  # asleep for four limits: every request waits, none fails
+        asleep = dict(worker.counters), buffer.counters.groups_dropped_failed
+        await engine.wake()
+        [group] = await asyncio.wait_for(buffer.get_batch(1, version=0), 60)
+        await buffer.stop()
+        await worker.stop()
+        await asyncio.wait_for(run, 30)
+        return asleep, group, worker
+
+    (counters_asleep, dropped_asleep), group, worker = asyncio.run(main())
+    assert counters_asleep["engine_failures"] == 0 and dropped_asleep == 0
+    assert worker.counters["engine_failures"] == 0 and worker.engine_clients[0].timeouts == 0
+    assert all(traj.status == "ok" and traj.restarts == 0 for traj in group)
