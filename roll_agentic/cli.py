@@ -16,6 +16,7 @@ overrides are key=value pairs composed over conf/config.yaml, for example:
   roll-agentic train trainer.total_steps=5 engine=hf algo.alpha=0
   roll-agentic train 'tasks=[{name:cliff,env_id:CliffWalking-v1,max_turns:20,format_penalty:2}]' trainer.total_steps=2
   roll-agentic train trainer.resume=true run_name=<run>   # continue a run from its last checkpoint
+  roll-agentic train --config my_run.yaml trainer.lr=1e-5  # a run kept in a yaml (README: Quick start)
 config groups: engine=auto|hf|vllm  algo=grpo|sync  reward=local|serverless
 all keys: roll_agentic/config.py (the schema)."""
 
