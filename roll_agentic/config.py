@@ -267,7 +267,12 @@ def validate(cfg: Config) -> Config:
     _check(e, cfg.engine.sync_in_flight in ("recompute", "keep"), "engine.sync_in_flight", "recompute or keep",
            cfg.engine.sync_in_flight)
     _check(e, cfg.engine.num_engines >= 1, "engine.num_engines", "an integer >= 1", cfg.engine.num_engines)
-    _check(e, cfg.engine.temperature > 0, "engine.temperature", "a number > 0", cfg.engine.temperature)
+    # Below 1e-5 both engines decode greedily (vLLM's threshold) and report unscaled logprobs,
+    # while the trainer scores logits / T: the ratio was off on the very weights that sampled,
+    # and every reply of a group was the same, so there was nothing to learn.
+    _check(e, cfg.engine.temperature >= 1e-5, "engine.temperature",
+           "a number >= 1e-5 (below, sampling is greedy: a group's replies are all the same)",
+           cfg.engine.temperature)
     _check(e, 0 < cfg.engine.top_p <= 1, "engine.top_p", "a number in (0, 1]", cfg.engine.top_p)
     _check(e, cfg.engine.max_model_len >= 64, "engine.max_model_len", "an integer >= 64", cfg.engine.max_model_len)
     _check(e, cfg.engine.max_batch >= 1, "engine.max_batch", "an integer >= 1", cfg.engine.max_batch)

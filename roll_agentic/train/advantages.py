@@ -14,6 +14,10 @@ def grpo_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """rewards: (G,) of one group -> advantages (G,)."""
     if rewards.numel() < 2:
         raise ValueError("grpo_advantages: a group needs at least 2 rewards")
+    if bool((rewards == rewards[0]).all()):
+        # No signal, exactly: mean() of equal inexact floats can be an ulp off, and that
+        # rounding error over a std of the same size was nan (eps = 0) or ~ulp/eps, not 0.
+        return torch.zeros_like(rewards)
     centered = rewards - rewards.mean()
     std = rewards.std(unbiased=True)
     return centered / (std + eps)

@@ -47,6 +47,8 @@ def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: f
 # Rows of (rows, V) whose nucleus is found at once: bounds the sort's transient memory
 # (values + int64 indices + cumsum) to a few hundred MiB whatever B * T * V is.
 NUCLEUS_CHUNK_ELEMENTS = 1 << 25
+# |log ratio| beyond which a token's ratio (and k3 KL term) stops growing: e^20 ~ 5e8.
+LOG_RATIO_LIMIT = 20.0
 
 
 def nucleus_mask(logprobs: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -120,7 +122,13 @@ def ppo_clip_loss_sum(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
     """All (B, T) except advantages (B,). Returns sums over mask == 1."""
     mask = mask.float()
     adv = advantages[:, None]  # (B, 1)
-    log_ratio = (logprobs - old_logprobs) * mask
+    # Masked by selection, not by product: a -inf logprob at a position outside the mask times
+    # 0 is nan. Clamped: one behaviour logprob of -inf (or a token the policy now finds
+    # impossible) made the ratio inf or 0 and its gradient nan, and clip_grad_norm_ spread the
+    # nan to every weight. Below -LOG_RATIO_LIMIT a token's gradient is ~e^-20 or clipped
+    # anyway; above it, PPO clips it for A > 0, and for A < 0 a gradient scaled by over e^20
+    # is what dual-clip PPO cuts too.
+    log_ratio = torch.where(mask > 0, logprobs - old_logprobs, 0.0).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
     ratio = torch.exp(log_ratio)
     unclipped = -adv * ratio
     clipped = -adv * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
@@ -128,7 +136,8 @@ def ppo_clip_loss_sum(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
     total = (per_token * mask).sum()
     kl_sum = 0.0
     if ref_logprobs is not None and kl_coef > 0:
-        d = (ref_logprobs - logprobs) * mask
+        # Clamped as the log-ratio above: exp(d) overflowed to inf past d = 88 (float32).
+        d = torch.where(mask > 0, ref_logprobs - logprobs, 0.0).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
         kl = (torch.exp(d) - d - 1.0) * mask
         total = total + kl_coef * kl.sum()
         kl_sum = float(kl.sum().detach())

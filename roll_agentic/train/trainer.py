@@ -70,7 +70,9 @@ class PolicyTrainer:
         torch.manual_seed(cfg.seed)
         self.device = torch.device(cfg.device)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device)
-        self.model.train()
+        # Eval mode, as the engines score: a checkpoint's dropout would make the ratio on the
+        # sampling weights noise around 1 (and the step KL dropout noise). Gradients still flow.
+        self.model.eval()
         self.ref_model = reference_model(model_path, self.device) if algo.kl_coef > 0 else None
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.step = 0

@@ -27,3 +27,16 @@ def test_equal_rewards_give_zero_advantage():
 def test_single_reward_is_refused():
     with pytest.raises(ValueError, match="at least 2"):
         grpo_advantages(torch.tensor([1.0]))
+
+
+@pytest.mark.parametrize("value", [0.1, 0.3, 0.7, 1 / 3, 2.2, 1e-3])
+@pytest.mark.parametrize("n", [2, 3, 6, 8])
+@pytest.mark.parametrize("eps", [0.0, 1e-12, 1e-6])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_equal_but_inexact_rewards_give_exactly_zero_advantage(value, n, eps, dtype):
+    # mean() of n copies of an inexact float can be off by an ulp: `centered` is then
+    # ~1e-17 and `std` ~1e-17, so the advantages came out nan (eps=0) or O(1) (tiny eps)
+    # instead of the documented 0 for a group that carries no signal.
+    adv = grpo_advantages(torch.full((n,), value, dtype=dtype), eps=eps)
+    assert torch.isfinite(adv).all()
+    assert adv.abs().max().item() == 0.0

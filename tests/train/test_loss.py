@@ -43,6 +43,25 @@ def test_kl_k3_term():
     assert s.loss.item() == pytest.approx(2.0 * (0.5 + math.log(2) - 1), abs=1e-6)
 
 
+@pytest.mark.parametrize("advantage", [1.0, -1.0])
+def test_an_impossible_token_or_a_huge_kl_leaves_loss_and_gradients_finite(advantage):
+    """A behaviour logprob of -inf on a trained token (the ratio was inf, its gradient nan,
+    and clip_grad_norm_ spread the nan to every weight), -inf outside the mask (-inf * 0 was
+    nan), and a reference 100 nats above the policy (exp overflowed in the k3 term)."""
+    lp = torch.tensor([[-1.0, -2.0, -0.5, -3.0]], requires_grad=True)
+    old = torch.tensor([[-float("inf"), -2.1, -float("inf"), -3.0]])
+    ref = torch.tensor([[-1.0, 98.0, 0.0, -3.0]])
+    mask = torch.tensor([[1, 1, 0, 1]])
+    s = ppo_clip_loss_sum(lp, old, torch.tensor([advantage]), mask, 0.2, ref, kl_coef=0.1)
+    s.loss.backward()
+    assert math.isfinite(s.loss.item()) and math.isfinite(s.kl)
+    assert torch.isfinite(lp.grad).all() and lp.grad[0, 2] == 0.0
+    # the tokens within range are scored as before the clamp
+    plain = ppo_clip_loss_sum(lp[:, 3:], old[:, 3:], torch.tensor([advantage]), mask[:, 3:], 0.2, ref[:, 3:],
+                              kl_coef=0.1)
+    assert plain.loss.item() == pytest.approx(-advantage, abs=1e-6)
+
+
 def test_token_logprobs_shift():
     logits = torch.zeros(1, 3, 4)
     logits[0, 0, 2] = 10.0  # position 0 predicts token 2
