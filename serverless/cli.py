@@ -120,7 +120,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         account_concurrency=args.account_concurrency, keep_alive_s=args.keep_alive,
         event_retry_delay_s=args.event_retry_delay, credentials=creds, allow_remote=args.allow_remote,
         parent_pid=args.parent_pid, max_event_backlog=args.max_event_backlog,
-        max_event_backlog_mb=args.max_event_backlog_mb,
+        max_event_backlog_mb=args.max_event_backlog_mb, transition_s=args.state_transition_delay,
     ))
     return 0
 
@@ -225,6 +225,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="Event invocations queued or running at most; more are refused with a 429 (boto3 retries it)")
     p.add_argument("--max-event-backlog-mb", type=positive, default=256.0,
                    help="MB of Event payloads queued or running at most")
+    p.add_argument("--state-transition-delay", type=non_negative, default=0.3,
+                   help="seconds a new function stays Pending and an update InProgress at least; what arrives "
+                        "meanwhile gets AWS's 409 ResourceConflictException (wait with the boto3 waiters)")
     p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host (the emulator runs any code it is sent)")
     p.add_argument("--parent-pid", type=int, default=0,
                    help="stop once this process is gone (training runs pass their own, so none is left behind)")

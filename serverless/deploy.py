@@ -19,7 +19,8 @@ from typing import Any
 
 DEFAULT_REGION = "us-east-1"
 PLACEHOLDER_KEY = "roll-agentic-local"  # any credentials work against an emulator started without them
-DEFAULT_ROLE = "arn:aws:iam::000000000000:role/roll-agentic-reward"
+DEFAULT_ROLE = "arn:aws:iam::000000000000:role/roll-agentic-reward"  # the emulator's: AWS needs a real one
+ROLE_ENV = "ROLL_AGENTIC_LAMBDA_ROLE"  # the execution role to create functions with on AWS
 
 
 @dataclass
@@ -31,6 +32,9 @@ class DeploySpec:
     timeout_s: int = 30
     environment: dict[str, str] = field(default_factory=dict)
     runtime: str = "python3.11"
+    # AWS refuses a role it cannot assume (InvalidParameterValueException): set $ROLL_AGENTIC_LAMBDA_ROLE
+    # (or pass role) to a real execution role when deploying to AWS; the emulator takes any well-formed ARN.
+    role: str = field(default_factory=lambda: os.environ.get(ROLE_ENV) or DEFAULT_ROLE)
 
 
 def lambda_client(
@@ -123,7 +127,7 @@ def deploy(client: Any, spec: DeploySpec, wait_delay_s: float = 0.2, wait_attemp
         current = None
     if current is None:
         client.create_function(
-            FunctionName=spec.name, Runtime=spec.runtime, Role=DEFAULT_ROLE, Handler=spec.handler,
+            FunctionName=spec.name, Runtime=spec.runtime, Role=spec.role, Handler=spec.handler,
             Code={"ZipFile": spec.zip_bytes}, Timeout=spec.timeout_s, MemorySize=spec.memory_mb,
             Environment={"Variables": spec.environment},
         )

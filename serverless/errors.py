@@ -47,6 +47,22 @@ def invalid_parameter(message: str) -> LambdaError:
     return LambdaError("InvalidParameterValueException", 400, message)
 
 
+def validation(message: str) -> LambdaError:
+    """A value outside the service model's constraints (pattern, enum, length): AWS answers
+    these with ValidationException, which Lambda's model does not list, so botocore raises a
+    plain ClientError whose code is "ValidationException" (not InvalidParameterValueException)."""
+    return LambdaError("ValidationException", 400, message)
+
+
+def update_in_progress(name: str, region: str) -> LambdaError:
+    """409 for a change made while the last one is still in progress (LastUpdateStatus
+    InProgress): Lambda refuses it instead of queueing it; clients wait with function_updated_v2."""
+    return LambdaError(
+        "ResourceConflictException", 409,
+        f"The operation cannot be performed at this time. An update is in progress for resource: {function_arn(name, region)}",
+    )
+
+
 def invalid_content(message: str) -> LambdaError:
     return LambdaError("InvalidRequestContentException", 400, message)
 

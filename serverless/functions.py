@@ -15,27 +15,28 @@ import hashlib
 import io
 import json
 import os
-import re
 import shutil
 import time
 import uuid
 import zipfile
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from serverless import errors
-
-NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-ENV_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]+$")  # AWS's pattern for variable names
-# A function named by ARN or partial ARN, optionally with a version qualifier.
-ARN_RE = re.compile(r"^(?:arn:aws[a-z-]*:lambda:[a-z0-9-]+:)?\d{12}:function:([a-zA-Z0-9_-]{1,64})(?::[\w$-]+)?$")
-MAX_ZIP_BYTES = 50 * 1024 * 1024  # AWS's limit on a zip uploaded directly
-MAX_UNZIPPED_BYTES = 262_144_000  # AWS's limit on a package's unzipped size (250 MB)
-MAX_ENVIRONMENT_BYTES = 4096  # AWS's limit on a function's environment variables, measured as JSON
-DEFAULT_TIMEOUT_S = 3
-DEFAULT_MEMORY_MB = 128
+from serverless.function_params import (
+    DEFAULT_MEMORY_MB,
+    DEFAULT_TIMEOUT_S,
+    FUNCTION_NAME_PATTERN,
+    decode_zip,
+    description_param,
+    environment_param,
+    handler_param,
+    int_param,
+    parse_name,
+    role_param,
+    runtime_param,
+)
 
 
 @dataclass
@@ -97,98 +98,8 @@ class FunctionRecord:
         }
 
 
-def resolve_name(raw: str) -> str:
-    """The bare function name of a name, ARN or partial ARN; raises if malformed."""
-    if NAME_RE.match(raw):
-        return raw
-    m = ARN_RE.match(raw)
-    if m:
-        return m.group(1)
-    raise errors.invalid_parameter(
-        f"1 validation error detected: Value '{raw}' at 'functionName' failed to satisfy "
-        "constraint: Member must satisfy regular expression pattern: "
-        "(arn:aws:lambda:)?([a-z]{2}-[a-z]+-\\d{1}:)?(\\d{12}:)?(function:)?([a-zA-Z0-9-_]+)"
-    )
-
-
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S.000+0000", time.gmtime())
-
-
-def decode_zip(b64: Any) -> bytes:
-    """The zip bytes of a `ZipFile` blob, checked to be a readable zip archive."""
-    if not isinstance(b64, str):
-        raise errors.invalid_parameter("Code.ZipFile must be a base64-encoded zip archive")
-    try:
-        data = base64.b64decode(b64, validate=True)
-    except (binascii.Error, ValueError) as e:
-        raise errors.invalid_parameter(f"Code.ZipFile is not valid base64: {e}") from None
-    if len(data) > MAX_ZIP_BYTES:
-        raise errors.LambdaError(
-            "RequestEntityTooLargeException", 413,
-            f"Zipped size must be smaller than {MAX_ZIP_BYTES} bytes",
-        )
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as zf:
-            # Before reading a byte: a small zip of zeros unpacks to many GB (testzip then
-            # blocked the event loop for minutes and activation filled the disk). A member
-            # whose real data is longer than it declares fails its CRC check in testzip.
-            unzipped = sum(info.file_size for info in zf.infolist())
-            if unzipped > MAX_UNZIPPED_BYTES:
-                raise errors.invalid_parameter(
-                    f"Unzipped size must be smaller than {MAX_UNZIPPED_BYTES} bytes (this package unzips to {unzipped})"
-                )
-            bad = zf.testzip()
-    # zlib.error: corrupt deflate data; NotImplementedError: an unsupported compression
-    # method; RuntimeError: an encrypted member. All were 500 ServiceExceptions.
-    except (zipfile.BadZipFile, ValueError, EOFError, zlib.error, NotImplementedError, RuntimeError):
-        bad = "archive"
-    if bad is not None:
-        raise errors.invalid_parameter(
-            "Could not unzip uploaded file. Please check your file, then try to upload again."
-        )
-    return data
-
-
-def _int_param(body: dict, key: str, default: int, lo: int, hi: int) -> int:
-    value = body.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise errors.invalid_parameter(
-            f"1 validation error detected: Value '{value}' at '{key[0].lower() + key[1:]}' "
-            f"failed to satisfy constraint: Member must be an integer between {lo} and {hi}"
-        )
-    return value
-
-
-HANDLER_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+$")  # dotted Python names: no paths
-
-
-def _handler(handler: object) -> str:
-    if not isinstance(handler, str) or not HANDLER_RE.match(handler):
-        raise errors.invalid_parameter(f"Handler must be `module.function`, e.g. `app.handler`, got {handler!r}")
-    return handler
-
-
-def _environment(body: dict) -> dict[str, str]:
-    environment = body.get("Environment") or {}
-    env = environment.get("Variables") or {} if isinstance(environment, dict) else None
-    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise errors.invalid_parameter('Environment must be {"Variables": {NAME: "value", ...}}')
-    bad = [k for k in env if not ENV_NAME_RE.match(k)]
-    if bad:
-        raise errors.invalid_parameter(
-            "Environment variable names must be two or more letters, digits or _, "
-            f"starting with a letter (AWS's rule), got {bad[0]!r}"
-        )
-    # AWS's 4 KB limit. Unchecked, a large value was accepted and then every invocation
-    # failed with a 500 (a variable over 128 KB cannot be passed to a new process at all).
-    size = len(json.dumps(env, separators=(",", ":")).encode())
-    if size > MAX_ENVIRONMENT_BYTES:
-        raise errors.invalid_parameter(
-            "Lambda was unable to configure your environment variables because the environment variables "
-            f"you have provided exceeded the 4KB limit ({size} bytes as JSON)."
-        )
-    return dict(env)
 
 
 class FunctionStore:
@@ -223,11 +134,23 @@ class FunctionStore:
 
     # -- lookups ------------------------------------------------------------
 
-    def get(self, raw_name: str) -> FunctionRecord:
-        name = resolve_name(raw_name)
+    def get(self, raw_name: str, qualifier: str | None = None) -> FunctionRecord:
+        """The function `raw_name` names; a version or alias (in the name or as `qualifier`)
+        other than $LATEST is a ResourceNotFoundException, as AWS answers one that does not
+        exist: this emulator has no versions or aliases. Ignoring it made a DeleteFunction of
+        one version delete the whole function."""
+        name, in_name = parse_name(raw_name)
+        if in_name is not None and qualifier is not None and in_name != qualifier:
+            raise errors.invalid_parameter("The derived qualifier from the function name does not match the specified qualifier.")
+        qualifier = qualifier if qualifier is not None else in_name
         rec = self.functions.get(name)
         if rec is None:
             raise errors.not_found(name, self.region)
+        if qualifier is not None and qualifier != "$LATEST":
+            raise errors.LambdaError(
+                "ResourceNotFoundException", 404,
+                f"Function not found: {errors.function_arn(name, self.region)}:{qualifier}"
+                " (this emulator serves $LATEST only: versions and aliases are not emulated)")
         return rec
 
     def code_dir(self, rec: FunctionRecord) -> Path:
@@ -251,16 +174,27 @@ class FunctionStore:
     # -- changes ------------------------------------------------------------
 
     def create(self, body: dict) -> FunctionRecord:
-        name = body.get("FunctionName")
-        if not isinstance(name, str) or not NAME_RE.match(name):
-            raise errors.invalid_parameter(f"FunctionName must match [a-zA-Z0-9_-]{{1,64}}, got {name!r}")
+        raw_name = body.get("FunctionName")
+        if not isinstance(raw_name, str):
+            raise errors.validation("1 validation error detected: Value null at 'functionName' failed to satisfy constraint: Member must not be null")
+        name, qualifier = parse_name(raw_name)
+        if qualifier is not None or "." in name:
+            raise errors.validation(
+                f"1 validation error detected: Value '{raw_name}' at 'functionName' failed to satisfy constraint: "
+                "Member must satisfy regular expression pattern: " + FUNCTION_NAME_PATTERN)
+        if len(name) > 64:
+            raise errors.invalid_parameter(
+                f"1 validation error detected: Value '{name}' at 'functionName' failed to satisfy constraint: "
+                "Member must have length less than or equal to 64")
         if name in self.functions:
             raise errors.conflict(f"Function already exist: {name}")
-        handler = _handler(body.get("Handler"))
-        runtime = body.get("Runtime") or "python3.11"
-        if not isinstance(runtime, str) or not runtime.startswith("python3"):
-            raise errors.invalid_parameter(
-                f"Runtime {runtime!r}: this emulator runs Python functions only (python3.x)")
+        if body.get("Runtime") is None or body.get("Handler") is None:
+            # AWS has no default runtime: a package without one is refused, not run on python3.11
+            raise errors.invalid_parameter("Runtime and Handler are mandatory parameters for functions created with deployment packages.")
+        handler = handler_param(body.get("Handler"))
+        runtime = runtime_param(body.get("Runtime"))
+        role_param(body)
+        description_param(body)
         code = body.get("Code") or {}
         if not isinstance(code, dict) or "ZipFile" not in code:
             raise errors.invalid_parameter("Code.ZipFile is required: this emulator takes zip uploads only")
@@ -269,11 +203,11 @@ class FunctionStore:
             name=name,
             handler=handler,
             runtime=runtime,
-            role=str(body.get("Role") or ""),
-            description=str(body.get("Description") or ""),
-            timeout_s=_int_param(body, "Timeout", DEFAULT_TIMEOUT_S, 1, 900),
-            memory_mb=_int_param(body, "MemorySize", DEFAULT_MEMORY_MB, 128, 10240),
-            environment=_environment(body),
+            role=role_param(body),
+            description=description_param(body),
+            timeout_s=int_param(body, "Timeout", DEFAULT_TIMEOUT_S, 1, 900),
+            memory_mb=int_param(body, "MemorySize", DEFAULT_MEMORY_MB, 128, 10240),
+            environment=environment_param(body),
         )
         self._set_code(rec, data)
         self.functions[name] = rec
@@ -299,17 +233,31 @@ class FunctionStore:
         """UpdateFunctionConfiguration: handler, timeout, memory, environment, description."""
         # Every field is checked before any is applied: a valid Handler next to an invalid
         # Timeout was applied (new invocations ran it) although the request was refused.
-        handler = _handler(body["Handler"]) if "Handler" in body else rec.handler
-        timeout_s = _int_param(body, "Timeout", rec.timeout_s, 1, 900) if "Timeout" in body else rec.timeout_s
-        memory_mb = _int_param(body, "MemorySize", rec.memory_mb, 128, 10240) if "MemorySize" in body else rec.memory_mb
-        environment = _environment(body) if "Environment" in body else rec.environment
+        want = body.get("RevisionId")
+        if want and want != rec.revision_id:
+            raise errors.LambdaError(
+                "PreconditionFailedException", 412,
+                "The Revision Id provided does not match the latest Revision Id.",
+            )
+        handler = handler_param(body["Handler"]) if "Handler" in body else rec.handler
+        timeout_s = int_param(body, "Timeout", rec.timeout_s, 1, 900) if "Timeout" in body else rec.timeout_s
+        memory_mb = int_param(body, "MemorySize", rec.memory_mb, 128, 10240) if "MemorySize" in body else rec.memory_mb
+        environment = environment_param(body) if "Environment" in body else rec.environment
+        description = description_param(body) if "Description" in body else rec.description
+        role = role_param(body) or rec.role
         rec.handler, rec.timeout_s, rec.memory_mb, rec.environment = handler, timeout_s, memory_mb, environment
-        if "Description" in body:
-            rec.description = str(body["Description"] or "")
+        rec.description, rec.role = description, role
+        rec.last_update_status = "InProgress"  # Successful a moment later (the server's settle step)
         rec.last_modified = _now()
         rec.revision_id = str(uuid.uuid4())
         self._write_config(rec)
         return rec
+
+    def settle(self, rec: FunctionRecord) -> None:
+        """InProgress -> Successful after a configuration update."""
+        if rec.last_update_status == "InProgress":
+            rec.last_update_status = "Successful"
+            self._write_config(rec)
 
     def activate(self, rec: FunctionRecord) -> None:
         """Unpacks the code (the Pending -> Active step) and persists the new state."""

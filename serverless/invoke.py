@@ -83,7 +83,8 @@ class Invoker:
 
     # -- synchronous ----------------------------------------------------------
 
-    async def invoke(self, rec: FunctionRecord, payload: str, request_id: str | None = None) -> InvokeResult:
+    async def invoke(self, rec: FunctionRecord, payload: str, request_id: str | None = None,
+                     client_context: dict | None = None) -> InvokeResult:
         """Runs the function once (under `request_id`, else a new one); raises a 429
         LambdaError when throttled."""
         meter = self.meters.of(rec.name)
@@ -93,11 +94,11 @@ class Invoker:
             meter.throttles += 1
             raise
         try:
-            return await self._run(rec, payload, request_id or str(uuid.uuid4()))
+            return await self._run(rec, payload, request_id or str(uuid.uuid4()), client_context)
         finally:
             self.limiter.release(lease)
 
-    async def _run(self, rec: FunctionRecord, payload: str, rid: str) -> InvokeResult:
+    async def _run(self, rec: FunctionRecord, payload: str, rid: str, client_context: dict | None = None) -> InvokeResult:
         meter = self.meters.of(rec.name)
         try:
             env, cold = await self.pool.acquire(rec, self.store.code_dir(rec))
@@ -108,7 +109,7 @@ class Invoker:
             billed = meter.record(0.0, rec.memory_mb, True, e.init_ms, error=True)
             log += f"END RequestId: {rid}\n" + _report(rid, 0.0, billed, rec.memory_mb, 0, e.init_ms)
             return self._finish(rec, rid, _json(error), "Unhandled", log, True)
-        msg = {"id": rid, "payload": payload, "deadline": time.time() + rec.timeout_s}
+        msg = {"id": rid, "payload": payload, "deadline": time.time() + rec.timeout_s, "client_context": client_context}
         error: dict | None = None
         body = b""
         logs = ""
@@ -121,10 +122,12 @@ class Invoker:
             if used_mb > rec.memory_mb:
                 env.kill()  # Lambda stops an environment that went over its memory
                 error = {"errorType": "Runtime.OutOfMemory", "errorMessage": f"RequestId: {rid} Error: Runtime exited with error: signal: killed (Max Memory Used {used_mb} MB > MemorySize {rec.memory_mb} MB)"}
-            elif reply["ok"] and len(reply["payload"]) > MAX_RESPONSE_BYTES:
-                error = {"errorType": "Function.ResponseSizeTooLarge", "errorMessage": f"Response payload size exceeded maximum allowed payload size ({MAX_RESPONSE_BYTES} bytes)."}
             elif reply["ok"]:
-                body = reply["payload"].encode()
+                # bytes a handler returned travel base64-encoded and go back as they are
+                body = base64.b64decode(reply["payload"]) if reply.get("raw") else reply["payload"].encode()
+                if len(body) > MAX_RESPONSE_BYTES:
+                    body = b""
+                    error = {"errorType": "Function.ResponseSizeTooLarge", "errorMessage": f"Response payload size exceeded maximum allowed payload size ({MAX_RESPONSE_BYTES} bytes)."}
             else:
                 error = reply["payload"]
         except TimeoutError:

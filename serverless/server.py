@@ -10,6 +10,7 @@ rather than taking the server down.
 from __future__ import annotations
 
 import asyncio
+import base64
 import ipaddress
 import json
 import os
@@ -21,7 +22,8 @@ from aiohttp import web
 from serverless import errors, sigv4
 from serverless.concurrency import ConcurrencyLimiter
 from serverless.environments import EnvironmentPool
-from serverless.functions import FunctionRecord, FunctionStore, resolve_name
+from serverless.function_params import resolve_name
+from serverless.functions import FunctionRecord, FunctionStore
 from serverless.invoke import Invoker
 from serverless.meters import Meters
 
@@ -29,6 +31,8 @@ SYNC_PAYLOAD_LIMIT = 6 * 1024 * 1024
 EVENT_PAYLOAD_LIMIT = 1024 * 1024
 MAX_REQUEST_BYTES = 80 * 1024 * 1024  # a 50 MB zip, base64-encoded, with room to spare
 ENDPOINT_FILE = "endpoint.json"
+STATE_FIELDS = frozenset({"State", "StateReason", "StateReasonCode", "LastUpdateStatus",
+                          "LastUpdateStatusReason", "LastUpdateStatusReasonCode"})
 
 
 @dataclass
@@ -47,6 +51,12 @@ class ServerConfig:
     # > 0: stop once that process is gone. A run that starts the emulator passes
     # its own pid, so a run killed (or crashed) without stopping it leaves none behind.
     parent_pid: int = 0
+    # How long a create stays Pending and an update InProgress at least. Lambda's take a
+    # moment (seconds), and it refuses what comes meanwhile (an Invoke of a Pending function,
+    # a second update: 409 ResourceConflictException); clients wait with the waiters
+    # function_active_v2 / function_updated_v2. Locally an unpack takes milliseconds, so
+    # code that skipped the waiter passed here and failed on AWS.
+    transition_s: float = 0.3
 
 
 def is_loopback(host: str) -> bool:
@@ -67,6 +77,20 @@ def _error_response(e: errors.LambdaError) -> web.Response:
     return web.Response(body=e.body(), status=e.status, headers=headers)
 
 
+def _client_context(request: web.Request) -> dict | None:
+    """X-Amz-Client-Context: base64 of a JSON object, the handler's `context.client_context`."""
+    raw = request.headers.get("X-Amz-Client-Context")
+    if not raw:
+        return None
+    try:
+        value = json.loads(base64.b64decode(raw, validate=True))
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        value = None
+    if not isinstance(value, dict):
+        raise errors.invalid_parameter("Client context must be a valid Base64-encoded JSON object.")
+    return value
+
+
 class Emulator:
     def __init__(self, cfg: ServerConfig) -> None:
         self.cfg = cfg
@@ -80,7 +104,8 @@ class Emulator:
             max_event_backlog=cfg.max_event_backlog, max_event_backlog_mb=cfg.max_event_backlog_mb,
         )
         self.stop_event = asyncio.Event()
-        self._activations: dict[str, asyncio.Task] = {}
+        self._activations: dict[str, asyncio.Task] = {}  # creates and code updates: the unpacking
+        self._settling: dict[str, asyncio.Task] = {}  # configuration updates: InProgress -> Successful
         for rec in self.store.functions.values():
             if rec.reserved_concurrency is not None:
                 self.limiter.set_reserved(rec.name, rec.reserved_concurrency)
@@ -141,11 +166,30 @@ class Emulator:
         """Pending -> Active off the request path, as Lambda does; the waiters poll for it."""
 
         async def run() -> None:
+            await asyncio.sleep(self.cfg.transition_s)
             await asyncio.to_thread(self.store.activate, rec)
             if rec.state == "Active":  # the older code goes once no environment runs it
                 self.store.prune_code(rec, self.pool.code_in_use(rec.name))
 
         self._activations[rec.name] = asyncio.get_running_loop().create_task(run())
+
+    def _settle_soon(self, rec: FunctionRecord) -> None:
+        """InProgress -> Successful after a configuration update, off the request path."""
+
+        async def run() -> None:
+            await asyncio.sleep(self.cfg.transition_s)
+            if self.store.functions.get(rec.name) is rec:
+                self.store.settle(rec)
+
+        self._settling[rec.name] = asyncio.get_running_loop().create_task(run())
+
+    def _check_no_update_in_progress(self, rec: FunctionRecord) -> None:
+        """Lambda refuses a change while the function is Pending or its last update is InProgress."""
+        if rec.state == "Pending":
+            raise errors.conflict(f"The operation cannot be performed at this time. The function is currently in the following state: {rec.state}")
+        busy = [t for t in (self._activations.get(rec.name), self._settling.get(rec.name)) if t is not None and not t.done()]
+        if busy or rec.last_update_status == "InProgress":
+            raise errors.update_in_progress(rec.name, self.cfg.region)
 
     async def _ready(self, rec: FunctionRecord) -> None:
         task = self._activations.get(rec.name)
@@ -164,9 +208,7 @@ class Emulator:
     async def update_code(self, request: web.Request) -> web.Response:
         rec = self.store.get(request.match_info["name"])
         body = await self._body_json(request)
-        task = self._activations.get(rec.name)
-        if task is not None and not task.done():
-            await task  # one update at a time, as Lambda's ResourceConflict would force
+        self._check_no_update_in_progress(rec)  # one update at a time: AWS answers 409, it does not queue
         self.store.update_code(rec, body)
         self.pool.drop_function(rec.name, keep_tag=rec.environment_tag)
         self._activate_soon(rec)
@@ -175,13 +217,16 @@ class Emulator:
     async def update_configuration(self, request: web.Request) -> web.Response:
         rec = self.store.get(request.match_info["name"])
         body = await self._body_json(request)
-        await self._ready(rec)
+        if rec.state != "Active" and rec.state != "Pending":
+            raise errors.conflict(f"The operation cannot be performed at this time. The function is currently in the following state: {rec.state}")
+        self._check_no_update_in_progress(rec)
         self.store.update_configuration(rec, body)
         self.pool.drop_function(rec.name)  # new memory, timeout or environment: fresh environments
+        self._settle_soon(rec)
         return _json_response(rec.configuration(self.cfg.region))
 
     async def get_function(self, request: web.Request) -> web.Response:
-        rec = self.store.get(request.match_info["name"])
+        rec = self.store.get(request.match_info["name"], request.query.get("Qualifier"))
         out = {
             "Configuration": rec.configuration(self.cfg.region),
             "Code": {"RepositoryType": "S3", "Location": f"file://{self.store.root / rec.name / 'code.zip'}"},
@@ -191,7 +236,8 @@ class Emulator:
         return _json_response(out)
 
     async def get_configuration(self, request: web.Request) -> web.Response:
-        return _json_response(self.store.get(request.match_info["name"]).configuration(self.cfg.region))
+        rec = self.store.get(request.match_info["name"], request.query.get("Qualifier"))
+        return _json_response(rec.configuration(self.cfg.region))
 
     async def list_functions(self, request: web.Request) -> web.Response:
         raw = request.query.get("MaxItems", "50")
@@ -202,13 +248,19 @@ class Emulator:
         if not 1 <= max_items <= 10000:
             raise errors.invalid_parameter("MaxItems must be between 1 and 10000")
         page, nxt = self.store.page(request.query.get("Marker"), min(max_items, 50))
-        out: dict = {"Functions": [r.configuration(self.cfg.region) for r in page]}
+        # ListFunctions returns a subset of FunctionConfiguration: "To get the additional fields
+        # (State, StateReasonCode, StateReason, LastUpdateStatus, LastUpdateStatusReason,
+        # LastUpdateStatusReasonCode) for a function or version, use GetFunction" (API reference).
+        out: dict = {"Functions": [
+            {k: v for k, v in r.configuration(self.cfg.region).items() if k not in STATE_FIELDS} for r in page
+        ]}
         if nxt:
             out["NextMarker"] = nxt
         return _json_response(out)
 
     async def delete_function(self, request: web.Request) -> web.Response:
-        rec = self.store.get(request.match_info["name"])
+        # A Qualifier names a version to delete: none exists here, so 404 (it deleted the function).
+        rec = self.store.get(request.match_info["name"], request.query.get("Qualifier"))
         # An unpacking that finished after the delete wrote the directory and config.json
         # back: the deleted function returned at the next start, its code left on disk.
         # A loop: an update may start another while we wait; none can between it and the delete.
@@ -217,6 +269,9 @@ class Emulator:
         if self.store.functions.get(rec.name) is not rec:  # deleted (or re-created) meanwhile
             raise errors.not_found(rec.name, self.cfg.region)
         self._activations.pop(rec.name, None)
+        settling = self._settling.pop(rec.name, None)
+        if settling is not None:
+            settling.cancel()
         self.store.delete(rec)
         self.pool.drop_function(rec.name)
         self.limiter.forget(rec.name)
@@ -249,12 +304,8 @@ class Emulator:
     # -- invoke ---------------------------------------------------------------
 
     async def invoke(self, request: web.Request) -> web.Response:
-        rec = self.store.get(request.match_info["name"])
-        qualifier = request.query.get("Qualifier", "$LATEST")
-        if qualifier != "$LATEST":  # no versions or aliases here: AWS answers so for one that does not exist
-            raise errors.LambdaError("ResourceNotFoundException", 404,
-                                     f"Function not found: {errors.function_arn(rec.name, self.cfg.region)}:{qualifier}"
-                                     " (this emulator serves $LATEST only: versions and aliases are not emulated)")
+        # no versions or aliases here: AWS answers 404 for one that does not exist
+        rec = self.store.get(request.match_info["name"], request.query.get("Qualifier"))
         itype = request.headers.get("X-Amz-Invocation-Type", "RequestResponse")
         if itype not in ("RequestResponse", "Event", "DryRun"):
             raise errors.invalid_parameter(f"InvocationType must be RequestResponse, Event or DryRun, got {itype!r}")
@@ -268,14 +319,16 @@ class Emulator:
                 json.loads(payload)
         except (UnicodeDecodeError, ValueError, RecursionError) as e:
             raise errors.invalid_content(f"Could not parse request body into json: {e}") from None
+        if rec.state == "Pending":  # Lambda refuses it (409) rather than waiting: see ServerConfig.transition_s
+            raise errors.conflict("The operation cannot be performed at this time. The function is currently in the following state: Pending")
         if rec.state != "Active" or rec.last_update_status == "InProgress":
-            await self._ready(rec)
+            await self._ready(rec)  # an update under way: AWS runs the previous code meanwhile; here it waits for the new
         if itype == "DryRun":
             return web.Response(status=204)
         if itype == "Event":
             rid = self.invoker.submit_event(rec.name, payload)  # the id the function sees too
             return web.Response(status=202, headers={"x-amzn-RequestId": rid})
-        result = await self.invoker.invoke(rec, payload)
+        result = await self.invoker.invoke(rec, payload, client_context=_client_context(request))
         headers = {"X-Amz-Executed-Version": "$LATEST", "x-amzn-RequestId": result.request_id, "Content-Type": "application/json"}
         if result.function_error:
             headers["X-Amz-Function-Error"] = result.function_error
@@ -318,5 +371,7 @@ class Emulator:
         for task in self._activations.values():
             if not task.done():
                 await task
+        for task in self._settling.values():
+            task.cancel()
         await self.invoker.close()
         await self.pool.close()

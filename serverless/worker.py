@@ -27,6 +27,8 @@ workers so that glibc's per-thread arenas do not eat the allowance.
 
 from __future__ import annotations
 
+import base64
+import decimal
 import importlib
 import io
 import json
@@ -66,21 +68,76 @@ def write_frame(out, msg: dict) -> None:
     out.flush()
 
 
-class LambdaContext:
-    """The `context` argument of a handler, with the attributes Lambda's Python runtime has."""
+class _Slots:
+    __slots__: tuple[str, ...] = ()
 
-    def __init__(self, request_id: str, deadline: float) -> None:
-        self.function_name = os.environ.get("AWS_LAMBDA_FUNCTION_NAME", "")
-        self.function_version = "$LATEST"
-        self.invoked_function_arn = os.environ.get("ROLL_AGENTIC_FUNCTION_ARN", "")
-        self.memory_limit_in_mb = int(os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128"))
+    def __init__(self, values: dict | None = None) -> None:
+        for name in self.__slots__:
+            setattr(self, name, (values or {}).get(name))
+
+
+class CognitoIdentity(_Slots):
+    __slots__ = ("cognito_identity_id", "cognito_identity_pool_id")
+
+
+class Client(_Slots):
+    __slots__ = ("installation_id", "app_title", "app_version_name", "app_version_code", "app_package_name")
+
+
+class ClientContext(_Slots):
+    __slots__ = ("custom", "env", "client")
+
+
+class LambdaContext:
+    """The `context` argument of a handler, with the attributes of Lambda's Python runtime
+    (awslambdaric's LambdaContext): they come from the same environment variables, so
+    `memory_limit_in_mb` is a str there too ("128"), and `client_context` (None unless the
+    caller sent X-Amz-Client-Context) and `identity` exist."""
+
+    def __init__(self, request_id: str, deadline: float, client_context: dict | None = None) -> None:
         self.aws_request_id = request_id
-        self.log_group_name = f"/aws/lambda/{self.function_name}"
-        self.log_stream_name = "local"
+        self.log_group_name = os.environ.get("AWS_LAMBDA_LOG_GROUP_NAME")
+        self.log_stream_name = os.environ.get("AWS_LAMBDA_LOG_STREAM_NAME")
+        self.function_name = os.environ.get("AWS_LAMBDA_FUNCTION_NAME")
+        self.memory_limit_in_mb = os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+        self.function_version = os.environ.get("AWS_LAMBDA_FUNCTION_VERSION")
+        self.invoked_function_arn = os.environ.get("ROLL_AGENTIC_FUNCTION_ARN", "")
+        self.tenant_id = None
+        self.client_context = None
+        if client_context is not None:
+            self.client_context = ClientContext(client_context)
+            self.client_context.client = None if self.client_context.client is None else Client(self.client_context.client)
+        self.identity = CognitoIdentity()
         self._deadline = deadline
 
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self._deadline - time.time()) * 1000))
+
+    def log(self, msg) -> None:
+        sys.stdout.write(str(msg))
+
+
+def _marshal(result) -> tuple[str, bool]:
+    """The response as Lambda's Python runtime sends it: (text, is_base64_of_raw_bytes).
+
+    Like its marshaller, bytes go back as they are (not JSON) and a Decimal as the JSON
+    number it spells (`Decimal("1.50")` -> 1.50), NaN as NaN; anything else json.dumps
+    refuses is a Runtime.MarshalError (TypeError/ValueError, raised).
+    """
+    if isinstance(result, (bytes, bytearray)):
+        return base64.b64encode(bytes(result)).decode(), True
+    decimals: list[str] = []
+
+    def default(obj):
+        if isinstance(obj, decimal.Decimal):
+            decimals.append("NaN" if obj.is_nan() else str(obj))
+            return f"\x00decimal{len(decimals) - 1}\x00"
+        raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+    text = json.dumps(result, default=default)
+    for i, spelled in enumerate(decimals):
+        text = text.replace(f'"\\u0000decimal{i}\\u0000"', spelled, 1)
+    return text, False
 
 
 def _error(etype: str, message: str, exc: BaseException | None = None, skip: int = 0) -> dict:
@@ -94,6 +151,7 @@ def _error(etype: str, message: str, exc: BaseException | None = None, skip: int
 def _load_handler(spec: str):
     """Imports `module.function`; returns (handler, None) or (None, Lambda's init error)."""
     module_name, _, func_name = spec.rpartition(".")
+    module_name = module_name.replace("/", ".")  # `src/app.handler`, as Lambda's runtime imports it
     if not module_name or not func_name:
         return None, _error("Runtime.MalformedHandlerName", f"Bad handler '{spec}': not enough values to unpack (expected 2, got 1)")
     try:
@@ -130,10 +188,11 @@ def _invoke(handler, msg: dict) -> dict:
     t0 = time.perf_counter()
     try:
         event = json.loads(msg["payload"]) if msg["payload"] else {}
-        result = handler(event, LambdaContext(msg["id"], msg["deadline"]))
+        result = handler(event, LambdaContext(msg["id"], msg["deadline"], msg.get("client_context")))
         try:
-            out = {"ok": True, "payload": json.dumps(result)}
-        except (TypeError, ValueError) as e:
+            text, raw = _marshal(result)
+            out = {"ok": True, "payload": text, "raw": raw}
+        except (TypeError, ValueError, RecursionError) as e:
             out = {"ok": False, "payload": _error("Runtime.MarshalError", f"Unable to marshal response: {e}")}
     except MemoryError as e:
         fatal = True  # the heap may be in any state: do not reuse this environment

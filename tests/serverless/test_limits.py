@@ -213,7 +213,7 @@ def test_a_function_deleted_while_its_code_unpacks_stays_deleted(tmp_path, echo_
 
         emulator.store._unpack = held_unpack
         async with TestClient(TestServer(emulator.app(), host="127.0.0.1")) as http:
-            body = {"FunctionName": "deleted-early", "Handler": "echo.handler",
+            body = {"FunctionName": "deleted-early", "Handler": "echo.handler", "Runtime": "python3.11",
                     "Code": {"ZipFile": base64.b64encode(echo_zip).decode()}}
             assert (await http.post("/2015-03-31/functions", json=body)).status == 201
             assert await asyncio.to_thread(reached.wait, 30)

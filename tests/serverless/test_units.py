@@ -13,7 +13,7 @@ from botocore.credentials import Credentials
 from serverless import errors, sigv4
 from serverless.concurrency import ACCOUNT_REASON, RESERVED_REASON, ConcurrencyLimiter
 from serverless.deploy import module_settings, spec_for
-from serverless.functions import decode_zip, resolve_name
+from serverless.function_params import decode_zip, resolve_name
 from serverless.meters import FunctionMeter, percentile
 from tests.serverless.conftest import make_zip
 
