@@ -367,3 +367,46 @@ class SegmentRecorder:
             self._written = text
         except OSError as e:
             log.warning("shm recorder: cannot write %s: %s", self.path, e)
+
+
+def start_recording() -> SegmentRecorder:
+    """Sweeps the segments of engines killed without shutdown, then starts recording
+    this engine's. Best effort: never fails the engine's start."""
+    try:
+        sweep()
+    except Exception as e:  # noqa: BLE001 - a leak is not worth a failed start-up
+        log.warning("shm sweep failed: %s", e)
+    recorder = SegmentRecorder()
+    try:
+        recorder.start()
+    except Exception as e:  # noqa: BLE001
+        log.warning("shm recorder failed to start: %s", e)
+    return recorder
+
+
+def release_after_failed_start(recorder: SegmentRecorder, wait_s: float = 5.0) -> None:
+    """After a failed start-up: unlinks the segments it made once its processes are gone;
+    if some still run, the record stays for the next engine start's sweep."""
+    import psutil
+
+    try:
+        recorder.stop()
+        procs = []
+        for pid in recorder.record.processes:
+            if pid != os.getpid():
+                try:
+                    procs.append(psutil.Process(pid))
+                except psutil.Error:
+                    pass
+        _, alive = psutil.wait_procs(procs, timeout=wait_s)
+
+        def running(p: Any) -> bool:
+            try:
+                return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                return False
+
+        if not any(running(p) for p in alive):
+            recorder.release()
+    except Exception as e:  # noqa: BLE001 - never mask the start-up error
+        log.warning("shm: cleanup after failed start-up failed: %s", e)

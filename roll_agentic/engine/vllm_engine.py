@@ -110,11 +110,11 @@ class VLLMEngine:
         self.cfg = cfg
         # vLLM's shared-memory queues (/dev/shm/psm_*) outlive an engine killed without
         # shutdown: this start records its own and sweeps those of engines now gone.
-        self._shm = _start_recording_segments()
+        self._shm = shm_sweep.start_recording()
         try:
             self._llm: Any = AsyncLLM.from_engine_args(args)
         except BaseException:  # a failed or interrupted start-up: vLLM does not unlink them
-            _release_after_failed_start(self._shm)
+            shm_sweep.release_after_failed_start(self._shm)
             raise
         self._shm.stop()
         self._version = 0
@@ -361,49 +361,6 @@ class VLLMEngine:
             await self._live().update_weights(WeightTransferUpdateRequest(update_info=json.loads(payload)))
         finally:
             await self._live().finish_weight_update()
-
-
-def _start_recording_segments() -> shm_sweep.SegmentRecorder:
-    """Sweeps the segments of engines killed without shutdown, then starts recording
-    this engine's (see shm_sweep.py). Best effort: never fails the engine's start."""
-    try:
-        shm_sweep.sweep()
-    except Exception as e:  # noqa: BLE001 - a leak is not worth a failed start-up
-        log.warning("shm sweep failed: %s", e)
-    recorder = shm_sweep.SegmentRecorder()
-    try:
-        recorder.start()
-    except Exception as e:  # noqa: BLE001
-        log.warning("shm recorder failed to start: %s", e)
-    return recorder
-
-
-def _release_after_failed_start(recorder: shm_sweep.SegmentRecorder, wait_s: float = 5.0) -> None:
-    """After a failed start-up: unlinks the segments it made once its processes are gone;
-    if some still run, the record stays for the next engine start's sweep."""
-    import psutil
-
-    try:
-        recorder.stop()
-        procs = []
-        for pid in recorder.record.processes:
-            if pid != os.getpid():
-                try:
-                    procs.append(psutil.Process(pid))
-                except psutil.Error:
-                    pass
-        _, alive = psutil.wait_procs(procs, timeout=wait_s)
-
-        def running(p: Any) -> bool:
-            try:
-                return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-            except psutil.Error:
-                return False
-
-        if not any(running(p) for p in alive):
-            recorder.release()
-    except Exception as e:  # noqa: BLE001 - never mask the start-up error
-        log.warning("shm: cleanup after failed start-up failed: %s", e)
 
 
 def _engine_processes() -> list[Any]:

@@ -289,7 +289,7 @@ def test_a_sigkilled_vllm_engines_segments_are_swept_by_the_next_engine_start(ti
 
 
 def test_a_failed_start_up_unlinks_its_segments_once_its_processes_are_gone(tmp_path, segments):
-    from roll_agentic.engine.vllm_engine import _release_after_failed_start
+    from roll_agentic.engine.shm_sweep import release_after_failed_start
 
     a, b = segments(), segments()
     gone, gone_started = _dead_pid()
@@ -297,7 +297,7 @@ def test_a_failed_start_up_unlinks_its_segments_once_its_processes_are_gone(tmp_
     rec.start()
     rec.record.processes[gone] = gone_started  # the engine core of a start-up that failed
     rec.record.segments[a] = _inode(a)
-    _release_after_failed_start(rec, wait_s=1.0)
+    release_after_failed_start(rec, wait_s=1.0)
     assert not (SHM / a).exists() and rec.path is not None and not rec.path.exists()
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -306,7 +306,7 @@ def test_a_failed_start_up_unlinks_its_segments_once_its_processes_are_gone(tmp_
         rec.start()
         rec.record.processes[child.pid] = psutil.Process(child.pid).create_time()
         rec.record.segments[b] = _inode(b)
-        _release_after_failed_start(rec, wait_s=0.2)
+        release_after_failed_start(rec, wait_s=0.2)
         assert (SHM / b).exists() and rec.path is not None and rec.path.exists()
     finally:
         child.kill()
