@@ -127,12 +127,28 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 @_service_errors
 def cmd_deploy(args: argparse.Namespace) -> int:
-    spec = deploy_mod.spec_for(Path(args.path), name=args.name, handler=args.handler,
+    spec = deploy_mod.spec_for(_module_path(args.path), name=args.name, handler=args.handler,
                                memory_mb=args.memory, timeout_s=args.timeout)
     cfg = deploy_mod.deploy(_client(args), spec)
     print(f"deployed {cfg['FunctionName']} ({cfg['Handler']}, {cfg['MemorySize']} MB, "
           f"timeout {cfg['Timeout']} s, {cfg['CodeSize']} bytes): {cfg['State']}")
     return 0
+
+
+def _module_path(given: str) -> Path:
+    """A path as given, or the file of a module named as a task's `reward` names it
+    (`code_exec` for rewards/code_exec.py, `my_pkg.scoring`), when no such path exists."""
+    path = Path(given)
+    if path.exists() or path.with_suffix(".py").is_file() or "/" in given or given.endswith(".py"):
+        return path
+    from roll_agentic.reward.reward_ref import source_file, syntax_problem  # only for a module name
+
+    if syntax_problem(given):
+        return path  # spec_for says there is nothing to deploy there
+    try:
+        return source_file(given)
+    except FileNotFoundError:
+        return path
 
 
 @_service_errors
@@ -235,7 +251,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
     p = sub.add_parser("deploy", help="zip a module (e.g. rewards/code_exec.py) or directory and create or update the function")
     _common(p)
-    p.add_argument("path", help="a .py module (handler `<module>.handler`) or a directory (give --handler)")
+    p.add_argument("path", help="a .py module (handler `<module>.handler`), a directory (give --handler), or a "
+                                "module named as a task's reward names it (code_exec, my_pkg.scoring)")
     p.add_argument("--name", default=None, help="function name (default: roll-agentic-<module>)")
     p.add_argument("--handler", default=None, help="handler as module.function (default: <module>.handler)")
     p.add_argument("--memory", type=int, default=None, help="MemorySize in MB (default: LAMBDA_MEMORY_MB in the module, else 256)")
