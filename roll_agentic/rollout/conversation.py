@@ -13,6 +13,10 @@ from typing import Protocol
 
 from roll_agentic.model.chat_format import ASSISTANT, END, USER
 
+# A logprob above 0 is no log-probability; a renormalised nucleus may round a sure token's
+# to a hair above it, so the check allows this much.
+LOGPROB_SLACK = 1e-3
+
 
 class ChatFormat(Protocol):
     stop_token_ids: tuple[int, ...]
@@ -175,6 +179,11 @@ class Conversation:
     def add_reply(self, token_ids: list[int], logprobs: list[float]) -> None:
         if len(token_ids) != len(logprobs):  # every later position's mask and logprob would be off by the gap
             raise ValueError(f"a reply of {len(token_ids)} tokens came with {len(logprobs)} logprobs")
+        if any(lp != lp or lp > LOGPROB_SLACK for lp in logprobs):  # nan (lp != lp) or above log 1
+            # Trained on, one nan made the step's loss and every weight's gradient nan (-inf is
+            # kept: the trainer clamps its ratio). The episode retries as on an engine failure.
+            raise ValueError(f"a reply came with logprobs that are no log-probabilities: "
+                             f"{[lp for lp in logprobs if lp != lp or lp > LOGPROB_SLACK][:3]}")
         self.token_ids += token_ids
         self.loss_mask += [1] * len(token_ids)
         self.logprobs += list(logprobs)

@@ -114,3 +114,15 @@ def test_a_reply_whose_logprobs_do_not_match_its_tokens_is_refused(tokenizer):
     with pytest.raises(ValueError, match="3 tokens came with 2 logprobs"):
         conv.add_reply([5, 6, 7], [-0.1, -0.2])
     assert len(conv.token_ids) == len(conv.loss_mask) == len(conv.logprobs)
+
+
+def test_a_reply_with_nan_or_positive_logprobs_is_refused(tokenizer):
+    import pytest
+
+    conv = Conversation(MarkerChatFormat(tokenizer))
+    conv.add_observation("start")
+    for bad in ([-0.1, float("nan")], [0.5, -0.2]):
+        with pytest.raises(ValueError, match="logprobs that are no log-probabilities"):
+            conv.add_reply([5, 6], bad)
+    conv.add_reply([5, 6], [-float("inf"), 0.0])  # an impossible token's -inf is the trainer's to clamp
+    assert len(conv.token_ids) == len(conv.loss_mask) == len(conv.logprobs)
