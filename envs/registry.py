@@ -8,6 +8,8 @@ action space are wrapped in `DiscreteTextAdapter`.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import inspect
 from typing import Any
 
 import gymnasium as gym
@@ -36,6 +38,18 @@ def _load_entry_point(env_id: str) -> type:
     return cls
 
 
+def _env_classes(module_name: str) -> list[str]:
+    """The gym.Env subclasses defined in `module_name`, if it is an importable module."""
+    try:
+        if importlib.util.find_spec(module_name) is None:
+            return []
+        module = importlib.import_module(module_name)
+    except Exception:  # noqa: BLE001 - not a module of the user's: no hint
+        return []
+    return [name for name, obj in vars(module).items()
+            if inspect.isclass(obj) and issubclass(obj, gym.Env) and obj.__module__ == module.__name__]
+
+
 def make_text_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
     """A text env for `env_id`, or EnvSpecError with a message a newcomer can act on."""
     kwargs = dict(env_kwargs or {})
@@ -45,7 +59,10 @@ def make_text_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> gym.
         else:
             if env_id not in gym.registry:
                 close = [k for k in gym.registry if k.lower().startswith(env_id.split("-")[0].lower())]
-                hint = f" Did you mean {close[:3]}?" if close else ""
+                hint = f" Did you mean {' or '.join(close[:3])}?" if close else ""
+                classes = _env_classes(env_id) if not close else []
+                if classes:  # `my_task.env`: a module, its class left out
+                    hint = f" It is a module: name its class, e.g. {env_id}:{classes[0]}."
                 raise EnvSpecError(f"env_id {env_id!r} is not a registered gymnasium id.{hint} "
                                    "Use a registered id or `module:Class`.")
             env = gym.make(env_id, **kwargs)

@@ -102,7 +102,7 @@ def _service_errors(cmd):
         except ClientError as e:
             err = e.response.get("Error", {})
             raise SystemExit(f"{args.serverless_cmd}: {err.get('Code', 'error')}: {err.get('Message', e)}") from None
-        except (BotoCoreError, OSError) as e:
+        except (BotoCoreError, OSError, ValueError) as e:  # ValueError: e.g. a module no runtime can import
             raise SystemExit(f"{args.serverless_cmd}: {e}") from None
 
     return run

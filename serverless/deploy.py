@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import io
 import os
+import re
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +109,11 @@ def spec_for(path: Path, name: str | None = None, prefix: str = "roll-agentic-",
     if not path.exists() and path.with_suffix(".py").is_file():
         path = path.with_suffix(".py")
     stem = path.stem if path.is_file() else path.name
+    if handler is None and path.is_file() and not stem.isidentifier():
+        # Its handler would be `my-reward.handler`, which no Python runtime can import.
+        fixed = re.sub(r"\W", "_", stem)
+        raise ValueError(f"{path.name} cannot be imported as a module (its handler would be {stem}.handler): "
+                         f"rename it {fixed if fixed.isidentifier() else 'a Python identifier'}.py")
     settings = module_settings(path)
     return DeploySpec(
         name=name or f"{prefix}{stem}",

@@ -173,7 +173,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "U(1, 2), the paper's: what looser or tighter SLOs buy",
     )
     p.add_argument("--save-trace", metavar="FILE", help="write the trace used to FILE as JSON")
-    p.add_argument("--plot", metavar="DIR", help="write Gantt and cost-over-time PNGs to DIR")
+    p.add_argument("--plot", metavar="DIR", help="write PNGs to DIR: a Gantt chart of phases per node per policy (the first 12 h), "
+                        "cost over time, and slowdown against SLO per job")
     _replan_option(p)
     p.add_argument(
         "--seeds",

@@ -42,7 +42,8 @@ def gantt(result: SimResult, path: Path, max_nodes: int = 40, window_h: float = 
         "hours (hatched = training, plain = rollout until migration hands the node on; "
         "colour = job)"
     )
-    ax.set_title(f"{result.policy}: phases per node (R = rollout node, T = training node)")
+    shown = f"the first {window_h:g} h" + (f" and {len(nodes)} nodes" if len(nodes) == max_nodes else "")
+    ax.set_title(f"{result.policy}: phases per node (R = rollout node, T = training node), {shown} of the run")
     if len(jobs) <= 20:  # tab20's colours are distinct up to 20: name each job
         from matplotlib.patches import Patch
 

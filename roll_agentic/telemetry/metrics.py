@@ -28,8 +28,9 @@ class MetricsLog:
     def write(self, step: int, metrics: dict[str, float]) -> None:
         clean = {k: (float(v) if isinstance(v, (int, float)) and math.isfinite(float(v)) else None)
                  for k, v in metrics.items()}
+        clean.pop("step", None)  # a run's metrics carry it too, as a float: the row's is the step
         with open(self.path, "a") as f:
-            f.write(json.dumps({"step": step, **clean}) + "\n")
+            f.write(json.dumps({"step": int(step), **clean}) + "\n")
         if self.writer is not None:
             for k, v in clean.items():
                 if v is not None:

@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 
 def _lines(rows: list[dict], series: dict[str, str], ylabel: str, title: str, out: Path,
@@ -20,6 +21,7 @@ def _lines(rows: list[dict], series: dict[str, str], ylabel: str, title: str, ou
             xs, ys = zip(*pts, strict=True)
             ax.plot(xs, ys, label=label, **style)
     ax.set_xlabel("training step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no tick at 1.25
     ax.set_ylabel(ylabel)
     if ylim:
         ax.set_ylim(*ylim)

@@ -85,3 +85,9 @@ def test_the_command_prints_the_commands_that_check_and_train_it(tmp_path):
     again = subprocess.run([sys.executable, "-m", "roll_agentic.cli", "env", "new", "cmd_task", "--dir", str(tmp_path)],
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 1 and "not overwriting" in again.stderr
+
+
+def test_a_module_given_without_its_class_is_named_with_the_class_to_add(importable):
+    scaffold("hint_task", importable)
+    detail = check_env("hint_task.env")[0].detail
+    assert "It is a module: name its class, e.g. hint_task.env:Env" in detail

@@ -54,3 +54,12 @@ def test_plots_of_no_data_write_a_png_without_a_warning(tmp_path):
             assert reward_curve(rows, ["a"], tmp_path / "r.png").stat().st_size > 0
             assert pool_busy(rows, ["p"], tmp_path / "p.png").stat().st_size > 0
         assert reward_curve([{"step": 1, "reward/a/mean": 0.5}], ["a"], tmp_path / "one.png").exists()
+
+
+def test_the_step_is_written_whole_even_when_the_metrics_carry_it_as_a_float(tmp_path):
+    log = MetricsLog(tmp_path)
+    log.write(2, {"step": 2.0, "loss": 0.5})
+    log.close()
+    row = log.read()[0]
+    assert row == {"step": 2, "loss": 0.5} and isinstance(row["step"], int)
+    assert '"step": 2,' in (tmp_path / "metrics.jsonl").read_text()
