@@ -216,8 +216,9 @@ class TrainingJob:
                    # run_name: the saved config may hold "" (a fresh run named at its start)
                    if k not in ("trainer.resume", "run_name") and before.get(k) != now.get(k)]
         if changed:
+            # One per line: on one line a changed task list ran hundreds of characters long.
             print(f"resuming with {len(changed)} setting(s) other than the run's (repeat the run's overrides "
-                  f"to keep them): {'; '.join(changed)}", flush=True)
+                  "to keep them):\n" + "\n".join(f"  {c}" for c in changed), flush=True)
             keep_copy(self.run_dir, f"config.before_step_{self.version}", saved.read_text())
 
     def _resume_step(self) -> int:
@@ -405,6 +406,7 @@ class TrainingJob:
             self.close(graceful=False)
             with contextlib.suppress(OSError):  # nothing was written: leave no empty run folder
                 self.run_dir.rmdir()
+                print(f"run dir {self.run_dir} removed: the run did not start", flush=True)
             raise
         self._say_what_resume_changed()
         (self.run_dir / "config.json").write_text(_json(asdict(cfg)))

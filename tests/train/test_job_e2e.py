@@ -117,3 +117,21 @@ def test_a_resume_by_run_name_does_not_list_the_name_as_a_changed_setting(tmp_pa
     job._say_what_resume_changed()
     assert capsys.readouterr().out == ""
     assert not (tmp_path / "config.before_step_3.json").exists()
+
+
+def test_the_settings_a_resume_changes_are_listed_one_per_line(tmp_path, capsys):
+    """On one line, a changed task list ran hundreds of characters long."""
+    from dataclasses import asdict
+
+    from roll_agentic.train.job import _json
+
+    fresh = load_config(["engine=hf", "trainer.total_steps=3"])
+    (tmp_path / "config.json").write_text(_json(asdict(fresh)))
+    job = TrainingJob.__new__(TrainingJob)
+    job.cfg = load_config(["trainer.total_steps=5", "trainer.lr=1e-5", "trainer.resume=true", "run_name=x"])
+    job.run_dir, job.version = tmp_path, 3
+    job._say_what_resume_changed()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("resuming with ") and lines[0].endswith("(repeat the run's overrides to keep them):")
+    assert "  trainer.total_steps: 3 -> 5" in lines and "  trainer.lr: 0.005 -> 1e-05" in lines and "  engine.backend: 'hf' -> 'auto'" in lines
+    assert all(line.startswith("  ") for line in lines[1:])

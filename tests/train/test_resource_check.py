@@ -38,9 +38,14 @@ def test_one_cuda_trainer_runs_in_the_driver_so_the_driver_needs_the_gpu():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without a GPU")
-def test_train_on_a_machine_without_gpu_ends_in_one_clear_error():
+def test_train_on_a_machine_without_gpu_ends_in_one_clear_error(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "roll_agentic.cli", "train", "trainer.device=cuda",
-                           "trainer.total_steps=1"], capture_output=True, text=True, timeout=300)
+                           "trainer.total_steps=1", f"output_dir={tmp_path}"], capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert "error: trainer.device=cuda, but torch sees no CUDA GPU" in proc.stderr
+    # the run dir named at the start is gone, and the output says so
+    assert not [p for p in tmp_path.iterdir() if p.is_dir()]
+    if "run dir: " in proc.stdout:
+        assert "removed: the run did not start" in proc.stdout
