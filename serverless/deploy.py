@@ -13,6 +13,7 @@ import ast
 import io
 import os
 import re
+import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,9 @@ DEFAULT_REGION = "us-east-1"
 PLACEHOLDER_KEY = "roll-agentic-local"  # any credentials work against an emulator started without them
 DEFAULT_ROLE = "arn:aws:iam::000000000000:role/roll-agentic-reward"  # the emulator's: AWS needs a real one
 ROLE_ENV = "ROLL_AGENTIC_LAMBDA_ROLE"  # the execution role to create functions with on AWS
+# What AWS's Python runtimes have besides the standard library (the SDK and its dependencies).
+LAMBDA_RUNTIME_PACKAGES = frozenset({"boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3",
+                                     "six", "awslambdaric"})
 
 
 @dataclass
@@ -36,6 +40,9 @@ class DeploySpec:
     # AWS refuses a role it cannot assume (InvalidParameterValueException): set $ROLL_AGENTIC_LAMBDA_ROLE
     # (or pass role) to a real execution role when deploying to AWS; the emulator takes any well-formed ARN.
     role: str = field(default_factory=lambda: os.environ.get(ROLE_ENV) or DEFAULT_ROLE)
+    # Imports the zip does not hold and AWS's runtime lacks: they work here, where the emulator's
+    # workers run in this environment, and fail on AWS (ImportModuleError). Said, not refused.
+    missing_on_lambda: list[str] = field(default_factory=list)
 
 
 def lambda_client(
@@ -102,6 +109,25 @@ def module_settings(path: Path) -> dict[str, int]:
     return out
 
 
+def missing_on_lambda(path: Path) -> list[str]:
+    """Top-level packages a one-file module imports that neither the standard library nor
+    AWS's Python runtime has (a folder may bring its own: not checked)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return []
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return sorted(n for n in names if n not in sys.stdlib_module_names and n not in LAMBDA_RUNTIME_PACKAGES)
+
+
 def spec_for(path: Path, name: str | None = None, prefix: str = "roll-agentic-", handler: str | None = None,
              memory_mb: int | None = None, timeout_s: int | None = None) -> DeploySpec:
     """What to deploy for `rewards/<module>.py` (or a directory with `handler` given)."""
@@ -121,6 +147,7 @@ def spec_for(path: Path, name: str | None = None, prefix: str = "roll-agentic-",
         handler=handler or f"{stem}.handler",
         memory_mb=memory_mb or settings.get("LAMBDA_MEMORY_MB", 256),
         timeout_s=timeout_s or settings.get("LAMBDA_TIMEOUT_S", 30),
+        missing_on_lambda=missing_on_lambda(path),
     )
 
 

@@ -14,6 +14,7 @@ when it goes (their command pipe closes), so nothing outlives `stop()`.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -26,6 +27,7 @@ from roll_agentic.config import RewardConfig
 from roll_agentic.reward.reward_ref import source_file
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+log = logging.getLogger(__name__)
 
 
 def deploy_rewards(endpoint_url: str, names: list[str], cfg: RewardConfig, source_dir: Path | None = None) -> list[dict]:
@@ -44,6 +46,10 @@ def deploy_rewards(endpoint_url: str, names: list[str], cfg: RewardConfig, sourc
     try:
         for path in paths:
             spec = spec_for(path, prefix=cfg.function_prefix)
+            if spec.missing_on_lambda:
+                log.warning("reward module %s imports %s, which AWS Lambda's Python runtime does not have: it "
+                            "runs in the local emulator but would fail on AWS", path.name,
+                            ", ".join(spec.missing_on_lambda))
             if "LAMBDA_TIMEOUT_S" not in _declared(path):
                 spec.timeout_s = max(1, int(round(cfg.timeout_s)))
             out.append(deploy(client, spec))

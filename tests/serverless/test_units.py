@@ -143,3 +143,17 @@ def test_deploy_takes_a_path_or_a_module_named_as_a_tasks_reward(tmp_path, monke
     assert _module_path("my_pkg/scoring.py") == Path("my_pkg/scoring.py")
     assert _module_path("my_pkg.nothing") == Path("my_pkg.nothing")
     assert _module_path("not-a-module") == Path("not-a-module")
+
+
+def test_imports_aws_lambdas_runtime_lacks_are_named(tmp_path):
+    """They run here (the emulator's workers use this environment) and fail on AWS."""
+    from serverless.deploy import missing_on_lambda, spec_for
+
+    mod = tmp_path / "scorer.py"
+    mod.write_text("import json, os.path\nimport boto3\nfrom numpy import mean\nfrom . import sibling\n"
+                   "def handler(event, context):\n    import torch.nn as nn\n    return 1\n")
+    assert missing_on_lambda(mod) == ["numpy", "torch"]
+    assert spec_for(mod).missing_on_lambda == ["numpy", "torch"]
+    assert missing_on_lambda(tmp_path) == []  # a folder may bring its own packages
+    (tmp_path / "broken.py").write_text("def (:\n")
+    assert missing_on_lambda(tmp_path / "broken.py") == []  # the deploy's own checks say what is wrong
