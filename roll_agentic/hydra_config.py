@@ -7,6 +7,7 @@ that names the key and what was expected.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import typing
 from pathlib import Path
@@ -66,11 +67,10 @@ def _one_line(err: BaseException) -> str:
         m = re.search(r"Key '([^']+)' not in '([^']+)'", str(cause))
         fm = re.search(r"full_key: (\S+)", str(cause))
         name = fm.group(1) if fm else (m.group(1) if m else "?")
-        valid = ""
         cls = getattr(schema, m.group(2), None) if m else None
-        if cls is not None and dataclasses.is_dataclass(cls):
-            valid = "; valid keys here: " + ", ".join(f.name for f in dataclasses.fields(cls))
-        return f"unknown config key '{name}'{valid}"
+        if cls is None or not dataclasses.is_dataclass(cls):
+            return f"unknown config key '{name}'"
+        return unknown_key_line(name, cls)
     if isinstance(cause, ConfigTypeError) and "Cannot merge" in str(cause):
         # A list where the schema has a mapping or the reverse; Hydra said only "Error merging override".
         key = getattr(cause, "full_key", "")
@@ -115,6 +115,17 @@ def _one_line(err: BaseException) -> str:
     return text
 
 
+def unknown_key_line(name: str, cls: type) -> str:
+    """One line for a key schema class `cls` lacks: the closest one it has, and all of them."""
+    fields = [f.name for f in dataclasses.fields(cls)]
+    close = difflib.get_close_matches(name.rsplit(".", 1)[-1], fields, n=1)
+    # A key inside a list literal (tasks=[{...,max_turn:5}]) comes without its path.
+    where = f" in a {cls.__name__.removesuffix('Config').lower()} entry" if "." not in name and "[" not in name \
+        and cls is not Config else ""
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"unknown config key '{name}'{where}{hint}; valid keys here: " + ", ".join(fields)
+
+
 def load_config(overrides: list[str], config_dir: str | Path | None = None, config_name: str = "config") -> Config:
     """Composes and validates; raises ConfigError with one line on any bad key or value."""
     register_schema()
@@ -144,8 +155,7 @@ def load_config(overrides: list[str], config_dir: str | Path | None = None, conf
     unknown = _unknown_keys(composed, Config, "")
     if unknown:
         key, cls = unknown[0]
-        raise ConfigError(f"unknown config key '{key}'; valid keys here: "
-                          + ", ".join(f.name for f in dataclasses.fields(cls)))
+        raise ConfigError(unknown_key_line(key, cls))
     return validate(obj)
 
 

@@ -21,7 +21,7 @@ def test_list_of_tasks_from_the_command_line_takes_defaults():
 
 
 @pytest.mark.parametrize("override, message", [
-    ("trainer.total_stepz=2", "unknown config key 'trainer.total_stepz'; valid keys here: total_steps"),
+    ("trainer.total_stepz=2", "unknown config key 'trainer.total_stepz' (did you mean 'total_steps'?); valid keys here: total_steps"),
     ("trainer.total_steps=banana", "config key 'trainer.total_steps': Value 'banana'"),
     ("algo.alpha=-1", "algo.alpha: expected an integer >= 0"),
     ("engine=foo", "config group engine has no option 'foo'"),

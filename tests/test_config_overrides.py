@@ -85,9 +85,9 @@ def test_bad_router_classes_and_pool_names_are_refused_before_the_start(override
 @pytest.mark.parametrize("override, message", [
     # Hydra's own advice for a key it does not know is `+key=...`: that added the key, and
     # the run went on ignoring it (80 steps for +trainer.total_stepz=5)
-    ("+trainer.total_stepz=5", "unknown config key 'trainer.total_stepz'; valid keys here: total_steps, lr,"),
-    ("++trainer.total_stepz=5", "unknown config key 'trainer.total_stepz'; valid keys here: total_steps, lr,"),
-    ("+tasks.0.group_sise=4", "unknown config key 'tasks[0].group_sise'; valid keys here: name, env_id,"),
+    ("+trainer.total_stepz=5", "unknown config key 'trainer.total_stepz' (did you mean 'total_steps'?); valid keys here: total_steps, lr,"),
+    ("++trainer.total_stepz=5", "unknown config key 'trainer.total_stepz' (did you mean 'total_steps'?); valid keys here: total_steps, lr,"),
+    ("+tasks.0.group_sise=4", "unknown config key 'tasks[0].group_sise' (did you mean 'group_size'?); valid keys here: name, env_id,"),
     ("+seed=3", "unknown config key 'seed'; valid keys here: run_name, output_dir, tasks,"),
 ])
 def test_a_key_added_with_plus_must_still_be_a_key_of_the_schema(override, message):
@@ -111,3 +111,10 @@ def test_a_list_entry_that_does_not_exist_is_named_as_such(override):
         load_config([override])
     assert str(err.value) == ("config key 'tasks[2]': tasks has no entry 2 (entries are numbered from 0); to add "
                               "one, give the whole list, e.g. tasks=[{...},{...}]")
+
+
+def test_a_mistyped_key_inside_a_task_list_names_where_it_is_and_the_key_meant():
+    with pytest.raises(ConfigError) as err:
+        load_config([CLIFF % ",max_turn:5"])
+    assert str(err.value).startswith("unknown config key 'max_turn' in a task entry (did you mean 'max_turns'?); "
+                                     "valid keys here: name, env_id,")
