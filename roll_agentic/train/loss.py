@@ -47,7 +47,7 @@ def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: f
 # Rows of (rows, V) whose nucleus is found at once: bounds the sort's transient memory
 # (values + int64 indices + cumsum) to a few hundred MiB whatever B * T * V is.
 NUCLEUS_CHUNK_ELEMENTS = 1 << 25
-# |log ratio| beyond which a token's ratio (and k3 KL term) stops growing: e^20 ~ 5e8.
+# The log ratio above which a token's ratio (and k3 KL term) stops growing: e^20 ~ 5e8.
 LOG_RATIO_LIMIT = 20.0
 
 
@@ -123,12 +123,12 @@ def ppo_clip_loss_sum(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
     mask = mask.float()
     adv = advantages[:, None]  # (B, 1)
     # Masked by selection, not by product: a -inf logprob at a position outside the mask times
-    # 0 is nan. Clamped: one behaviour logprob of -inf (or a token the policy now finds
-    # impossible) made the ratio inf or 0 and its gradient nan, and clip_grad_norm_ spread the
-    # nan to every weight. Below -LOG_RATIO_LIMIT a token's gradient is ~e^-20 or clipped
-    # anyway; above it, PPO clips it for A > 0, and for A < 0 a gradient scaled by over e^20
-    # is what dual-clip PPO cuts too.
-    log_ratio = torch.where(mask > 0, logprobs - old_logprobs, 0.0).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+    # 0 is nan. Clamped above: one behaviour logprob of -inf made the ratio inf and its gradient
+    # nan, and clip_grad_norm_ spread the nan to every weight. Past e^LOG_RATIO_LIMIT PPO clips
+    # the token for A > 0, and for A < 0 a gradient scaled by over e^20 is what dual-clip PPO
+    # cuts too. Not below: a ratio near 0 overflows nothing, and its small gradient is how a
+    # positive advantage pulls a token that left the nucleus back in.
+    log_ratio = torch.where(mask > 0, logprobs - old_logprobs, 0.0).clamp(max=LOG_RATIO_LIMIT)
     ratio = torch.exp(log_ratio)
     unclipped = -adv * ratio
     clipped = -adv * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
@@ -136,8 +136,8 @@ def ppo_clip_loss_sum(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
     total = (per_token * mask).sum()
     kl_sum = 0.0
     if ref_logprobs is not None and kl_coef > 0:
-        # Clamped as the log-ratio above: exp(d) overflowed to inf past d = 88 (float32).
-        d = torch.where(mask > 0, ref_logprobs - logprobs, 0.0).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+        # Clamped above as the log-ratio: exp(d) overflowed to inf past d = 88 (float32).
+        d = torch.where(mask > 0, ref_logprobs - logprobs, 0.0).clamp(max=LOG_RATIO_LIMIT)
         kl = (torch.exp(d) - d - 1.0) * mask
         total = total + kl_coef * kl.sum()
         kl_sum = float(kl.sum().detach())

@@ -39,7 +39,9 @@ def user_pkg(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in [m for m in sys.modules if m == "my_pkg" or m.startswith("my_pkg.")]:
         monkeypatch.delitem(sys.modules, name)
-    return pkg
+    yield pkg
+    for name in [m for m in sys.modules if m == "my_pkg" or m.startswith("my_pkg.")]:
+        del sys.modules[name]  # imported from this test's folder: no later test may find it
 
 
 def test_names_map_to_modules_files_and_functions():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,20 +129,22 @@ def test_sigv4_binds_the_body_even_when_its_hash_travels_in_a_header():
 
 
 def test_deploy_takes_a_path_or_a_module_named_as_a_tasks_reward(tmp_path, monkeypatch):
-    """`serverless deploy my_pkg.scoring` deploys the module a task's `reward: my_pkg.scoring`
+    """`serverless deploy deploy_pkg.scoring` deploys the module a task's `reward: deploy_pkg.scoring`
     runs; a path that exists is taken as given, and a name nothing matches stays as given
     (the deploy then says there is nothing to deploy there)."""
     from serverless.cli import _module_path
 
-    (tmp_path / "my_pkg").mkdir()
-    (tmp_path / "my_pkg" / "__init__.py").write_text("")
-    (tmp_path / "my_pkg" / "scoring.py").write_text("def handler(event, context):\n    return 1\n")
+    (tmp_path / "deploy_pkg").mkdir()
+    (tmp_path / "deploy_pkg" / "__init__.py").write_text("")
+    (tmp_path / "deploy_pkg" / "scoring.py").write_text("def handler(event, context):\n    return 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "deploy_pkg" or m.startswith("deploy_pkg.")]:
+        monkeypatch.delitem(sys.modules, name)  # another test's package of that name
     monkeypatch.chdir(tmp_path)
-    assert _module_path("my_pkg.scoring") == tmp_path / "my_pkg" / "scoring.py"
+    assert _module_path("deploy_pkg.scoring") == tmp_path / "deploy_pkg" / "scoring.py"
     assert _module_path("code_exec").name == "code_exec.py" and _module_path("code_exec").parent.name == "rewards"
-    assert _module_path("my_pkg/scoring.py") == Path("my_pkg/scoring.py")
-    assert _module_path("my_pkg.nothing") == Path("my_pkg.nothing")
+    assert _module_path("deploy_pkg/scoring.py") == Path("deploy_pkg/scoring.py")
+    assert _module_path("deploy_pkg.nothing") == Path("deploy_pkg.nothing")
     assert _module_path("not-a-module") == Path("not-a-module")
 
 
