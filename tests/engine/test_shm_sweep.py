@@ -232,11 +232,11 @@ def test_release_unlinks_what_was_recorded_and_removes_the_record(tmp_path, segm
 
 # -- a real vLLM engine -------------------------------------------------------------
 def _engine_info(host) -> tuple[int, list[int], dict[str, int]]:
-    """In the actor: its pid, its vLLM processes, and the segments its recorder holds."""
-    import psutil
-
-    kids = [p.pid for p in psutil.Process().children(recursive=True) if p.name().startswith("VLLM")]
-    return os.getpid(), kids, host.engine._shm.segments  # noqa: SLF001
+    """In the actor: its pid, the engine processes its recorder found below it, and the
+    segments it holds. (Read from the record, not by process name: vLLM titles its
+    processes "VLLM::..." at some point of their start, and once the list came back empty.)"""
+    shm = host.engine._shm  # noqa: SLF001
+    return os.getpid(), [p for p in shm.record.processes if p != os.getpid()], shm.segments
 
 
 @pytest.mark.slow
