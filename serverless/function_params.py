@@ -148,26 +148,27 @@ def runtime_param(runtime: object) -> str:
     return runtime
 
 
-def role_param(body: dict) -> str:
-    role = body.get("Role")
-    if role is None:
+def _optional_text(body: dict, key: str, ok, constraint: str) -> str:
+    """An optional string parameter ("" when absent); ValidationException with the model's
+    constraint when `ok(value)` fails."""
+    value = body.get(key)
+    if value is None:
         return ""
-    if not isinstance(role, str) or not ROLE_RE.match(role):
-        raise errors.validation(
-            f"1 validation error detected: Value '{role}' at 'role' failed to satisfy constraint: Member must satisfy "
-            "regular expression pattern: arn:(aws[a-zA-Z-]*)?:iam::\\d{12}:role/?[a-zA-Z_0-9+=,.@\\-_/]+")
-    return role
+    if not isinstance(value, str) or not ok(value):
+        raise errors.validation(f"1 validation error detected: Value '{value}' at '{key[0].lower() + key[1:]}' "
+                                f"failed to satisfy constraint: {constraint}")
+    return value
+
+
+def role_param(body: dict) -> str:
+    return _optional_text(body, "Role", lambda v: ROLE_RE.match(v) is not None,
+                          "Member must satisfy regular expression pattern: "
+                          "arn:(aws[a-zA-Z-]*)?:iam::\\d{12}:role/?[a-zA-Z_0-9+=,.@\\-_/]+")
 
 
 def description_param(body: dict) -> str:
-    description = body.get("Description")
-    if description is None:
-        return ""
-    if not isinstance(description, str) or len(description) > 256:
-        raise errors.validation(
-            f"1 validation error detected: Value '{description}' at 'description' failed to satisfy constraint: "
-            "Member must have length less than or equal to 256")
-    return description
+    return _optional_text(body, "Description", lambda v: len(v) <= 256,
+                          "Member must have length less than or equal to 256")
 
 
 def environment_param(body: dict) -> dict[str, str]:

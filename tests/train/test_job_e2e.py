@@ -102,35 +102,31 @@ def test_a_rollout_worker_that_dies_stops_the_run_with_its_name_instead_of_a_sil
         job.close(graceful=False)
 
 
-def test_a_resume_by_run_name_does_not_list_the_name_as_a_changed_setting(tmp_path, capsys):
-    """A fresh run saves run_name "" (named at its start): `trainer.resume=true run_name=X`
-    listed `run_name: '' -> 'X'` among the settings that differ, and saved a config for it."""
+def _say_what_resume_changed(run_dir, resume_overrides: list[str]) -> None:
+    """What a resume with `resume_overrides` says of a run saved with engine=hf and 3 steps."""
     from dataclasses import asdict
 
     from roll_agentic.train.job import _json
 
     fresh = load_config(["engine=hf", "trainer.total_steps=3"])
-    (tmp_path / "config.json").write_text(_json(asdict(fresh)))
+    (run_dir / "config.json").write_text(_json(asdict(fresh)))
     job = TrainingJob.__new__(TrainingJob)
-    job.cfg = load_config(["engine=hf", "trainer.total_steps=3", "trainer.resume=true", "run_name=x"])
-    job.run_dir, job.version = tmp_path, 3
+    job.cfg = load_config([*resume_overrides, "trainer.resume=true", "run_name=x"])
+    job.run_dir, job.version = run_dir, 3
     job._say_what_resume_changed()
+
+
+def test_a_resume_by_run_name_does_not_list_the_name_as_a_changed_setting(tmp_path, capsys):
+    """A fresh run saves run_name "" (named at its start): `trainer.resume=true run_name=X`
+    listed `run_name: '' -> 'X'` among the settings that differ, and saved a config for it."""
+    _say_what_resume_changed(tmp_path, ["engine=hf", "trainer.total_steps=3"])
     assert capsys.readouterr().out == ""
     assert not (tmp_path / "config.before_step_3.json").exists()
 
 
 def test_the_settings_a_resume_changes_are_listed_one_per_line(tmp_path, capsys):
     """On one line, a changed task list ran hundreds of characters long."""
-    from dataclasses import asdict
-
-    from roll_agentic.train.job import _json
-
-    fresh = load_config(["engine=hf", "trainer.total_steps=3"])
-    (tmp_path / "config.json").write_text(_json(asdict(fresh)))
-    job = TrainingJob.__new__(TrainingJob)
-    job.cfg = load_config(["trainer.total_steps=5", "trainer.lr=1e-5", "trainer.resume=true", "run_name=x"])
-    job.run_dir, job.version = tmp_path, 3
-    job._say_what_resume_changed()
+    _say_what_resume_changed(tmp_path, ["trainer.total_steps=5", "trainer.lr=1e-5"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("resuming with ") and lines[0].endswith("(repeat the run's overrides to keep them):")
     assert "  trainer.total_steps: 3 -> 5" in lines and "  trainer.lr: 0.005 -> 1e-05" in lines and "  engine.backend: 'hf' -> 'auto'" in lines
