@@ -35,6 +35,7 @@ from roll_agentic.mux import rollback_mark
 from roll_agentic.mux.actor_calls import on_current_slot, pin_actors
 from roll_agentic.mux.job_state import JobRecord
 from roll_agentic.mux.phase_board import PhaseBoard
+from roll_agentic.mux.phase_waits import JobFailed, await_batch, drain
 from roll_agentic.mux.profile import PhaseKind
 from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
 from roll_agentic.train.checkpoint import latest_checkpoint, load_run_state
@@ -44,10 +45,6 @@ from roll_agentic.train.weight_sync import shared_memory_dir
 
 # (kind, node names) of the phases a job enqueues after `finished` (None: it just joined).
 NextPhases = Callable[[PhaseKind | None], list[tuple[PhaseKind, list[str]]]]
-
-
-class JobFailed(RuntimeError):
-    pass
 
 
 async def _engine_stats(engines: list) -> list[dict]:
@@ -186,36 +183,6 @@ class JobRunner:
         self.workers, self.worker_runs, self.worker_engines = [], [], []
 
     # -- phases -------------------------------------------------------------------------------
-    async def _drain(self, engines: list, timeout_s: float = 120.0) -> None:
-        """Waits until no request is in any engine: the pool is handed over empty."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            loads = await asyncio.gather(*(e.load.remote() for e in engines), return_exceptions=True)
-            if all(isinstance(x, int) and x == 0 for x in loads if not isinstance(x, BaseException)):
-                return
-            if time.monotonic() > deadline:
-                raise JobFailed(f"engines still busy after {timeout_s}s: {loads}")
-            await asyncio.sleep(0.02)
-
-    async def _await_batch(self) -> list:
-        """The step's batch; fails the job if a worker dies or the phase runs past its limit."""
-        batch = asyncio.ensure_future(self.buffer.get_batch.remote(self.cfg.algo.groups_per_step, self.version))
-        watch = [asyncio.ensure_future(r) for r in self.worker_runs]
-        try:
-            done, _ = await asyncio.wait([batch, *watch], timeout=self.phase_timeout_s,
-                                         return_when=asyncio.FIRST_COMPLETED)
-            if batch in done:
-                return batch.result()
-            for w in watch:
-                if w in done:
-                    err = w.exception()
-                    raise JobFailed(f"a rollout worker stopped mid-phase: {type(err).__name__ if err else 'exit'}")
-            raise JobFailed(f"rollout phase exceeded phase_timeout_s={self.phase_timeout_s}")
-        finally:
-            for w in watch:
-                w.cancel()
-            batch.cancel()
-
     def _hold(self, kind: str, nodes: list[str]):
         if self._probing:
             return contextlib.nullcontext(0.0)
@@ -230,7 +197,7 @@ class JobRunner:
             self.record.phase = kind
             t0 = time.perf_counter()
             try:
-                await self._drain(engines)
+                await drain(engines)
                 before = await _engine_stats(engines)
                 versions = await asyncio.gather(*(e.load_weights.remote(self.version, self._weights_path(self.version))
                                                   for e in engines))
@@ -243,14 +210,16 @@ class JobRunner:
                     self.worker_runs = [w.run.remote() for w in self.workers]
                 else:
                     await self.buffer.advance.remote(self.version)
-                groups = await self._await_batch()
-                await self._drain(engines)
+                groups = await await_batch(  # fails the job if a worker stops or the phase overruns
+                    self.buffer.get_batch.remote(self.cfg.algo.groups_per_step, self.version),
+                    self.worker_runs, self.phase_timeout_s)
+                await drain(engines)
                 after = await _engine_stats(engines)
             except BaseException:
                 # A job that fails or is cancelled mid-phase leaves the engines empty for the next.
                 self._kill_workers()
                 with contextlib.suppress(Exception):
-                    await self._drain(engines, timeout_s=60.0)
+                    await drain(engines, timeout_s=60.0)
                 raise
         bad = {turn.weight_version for g in groups for t in g for turn in t.turns} - {self.version}
         if bad:
