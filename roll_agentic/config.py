@@ -16,6 +16,9 @@ from typing import Any
 
 from roll_agentic.train.lr_schedule import SCHEDULES
 
+# How a batch's token losses are combined (`algo.loss_agg`; train/loss.py).
+LOSS_AGGREGATIONS = ("token_mean", "seq_mean_token_mean")
+
 
 class ConfigError(ValueError):
     """A configuration a run cannot start with; the message is one line."""
@@ -100,6 +103,13 @@ class AlgoConfig:
     alpha: int = 1  # staleness bound in weight versions; 0 = synchronous on-policy
     groups_per_step: int = 8  # GRPO groups in one training batch
     clip_eps: float = 0.2  # PPO clip range
+    # > 0: the upper clip bound is 1 + clip_eps_high instead (DAPO's clip-higher, e.g. 0.28)
+    clip_eps_high: float = 0.0
+    # > 1: dual-clip PPO's c; a negative-advantage token's loss is at most c * |A| (e.g. 3)
+    dual_clip: float = 0.0
+    # token_mean: every generated token of the batch weighs the same (long replies weigh more);
+    # seq_mean_token_mean: each trajectory's tokens are averaged first (GRPO as published)
+    loss_agg: str = "token_mean"
     kl_coef: float = 0.0  # > 0 keeps a frozen reference model and adds a k3 KL term
     entropy_coef: float = 0.005  # > 0 rewards the sampling distribution's entropy (against collapse)
     # > 0: after each step, the lr of the next shrinks when the step's KL overshot 2x this
@@ -295,6 +305,13 @@ def validate(cfg: Config) -> Config:
     _check(e, cfg.algo.alpha >= 0, "algo.alpha", "an integer >= 0 (0 = synchronous)", cfg.algo.alpha)
     _check(e, cfg.algo.groups_per_step >= 1, "algo.groups_per_step", "an integer >= 1", cfg.algo.groups_per_step)
     _check(e, 0 < cfg.algo.clip_eps < 1, "algo.clip_eps", "a number in (0, 1)", cfg.algo.clip_eps)
+    _check(e, cfg.algo.clip_eps_high == 0 or cfg.algo.clip_eps <= cfg.algo.clip_eps_high < 1,
+           "algo.clip_eps_high", f"0 (off) or a number in [algo.clip_eps = {cfg.algo.clip_eps}, 1)",
+           cfg.algo.clip_eps_high)
+    _check(e, cfg.algo.dual_clip == 0 or cfg.algo.dual_clip > 1, "algo.dual_clip", "0 (off) or a number > 1",
+           cfg.algo.dual_clip)
+    _check(e, cfg.algo.loss_agg in LOSS_AGGREGATIONS, "algo.loss_agg", f"one of {', '.join(LOSS_AGGREGATIONS)}",
+           cfg.algo.loss_agg)
     _check(e, cfg.algo.kl_coef >= 0, "algo.kl_coef", "a number >= 0", cfg.algo.kl_coef)
     _check(e, cfg.algo.entropy_coef >= 0, "algo.entropy_coef", "a number >= 0", cfg.algo.entropy_coef)
     _check(e, cfg.algo.target_kl >= 0, "algo.target_kl", "a number >= 0 (0 = off)", cfg.algo.target_kl)

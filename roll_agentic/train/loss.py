@@ -11,6 +11,17 @@ gradient can ever move the policy again.
 The caller sums loss_t over masked tokens and divides by the batch's total
 number of generated tokens, so micro-batches and streamed partial batches add
 up to the same update.
+
+Options researchers reach for (`AlgoConfig`), each off by default:
+- clip-higher (DAPO, Yu et al. 2025): an upper clip bound 1 + eps_high above
+  1 + eps, so a token of positive advantage that was unlikely may still grow;
+- dual clip (Ye et al. 2020): for A < 0 the loss is at most c * |A|, so a
+  token whose ratio ran far above 1 (a stale sample) cannot dominate the step;
+- sequence-mean aggregation (GRPO as published, Shao et al. 2024): each
+  trajectory's token losses are averaged first, then the trajectories, so a
+  long reply weighs as much as a short one. The caller then divides by the
+  batch's trajectory count instead (`LossSums.rows`), exact across
+  micro-batches and streamed parts as the token mean is.
 """
 
 from __future__ import annotations
@@ -18,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from roll_agentic.config import LOSS_AGGREGATIONS
 
 
 @dataclass
@@ -32,6 +45,7 @@ class LossSums:
     ratio: float
     logprob_abs_diff: float
     tokens: float
+    rows: float = 0.0  # trajectories with a trained token: seq_mean_token_mean's denominator
 
 
 def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0,
@@ -118,9 +132,22 @@ def token_logprobs_and_entropy(logits: torch.Tensor, token_ids: torch.Tensor, te
 def ppo_clip_loss_sum(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                       mask: torch.Tensor, clip_eps: float, ref_logprobs: torch.Tensor | None = None,
                       kl_coef: float = 0.0, entropy: torch.Tensor | None = None,
-                      entropy_coef: float = 0.0) -> LossSums:
-    """All (B, T) except advantages (B,). Returns sums over mask == 1."""
+                      entropy_coef: float = 0.0, clip_eps_high: float = 0.0, dual_clip: float = 0.0,
+                      loss_agg: str = "token_mean") -> LossSums:
+    """All (B, T) except advantages (B,). Returns sums over mask == 1.
+
+    `clip_eps_high` (0: = `clip_eps`): the upper clip bound is 1 + clip_eps_high.
+    `dual_clip` (0: off; else > 1): a negative-advantage token's loss is at most dual_clip * |A|.
+    `loss_agg`: "token_mean" sums token losses (the caller divides by `tokens`);
+    "seq_mean_token_mean" sums each row's token mean (the caller divides by `rows`).
+    The metric sums (`policy`, `kl`, `entropy`, ...) are over tokens either way.
+    """
+    if loss_agg not in LOSS_AGGREGATIONS:
+        raise ValueError(f"loss_agg must be one of {', '.join(LOSS_AGGREGATIONS)}, not {loss_agg!r}")
     mask = mask.float()
+    row_tokens = mask.sum(dim=1, keepdim=True)  # (B, 1)
+    # What each token's loss counts for in the sum the caller divides.
+    weight = mask if loss_agg == "token_mean" else mask / row_tokens.clamp(min=1.0)
     adv = advantages[:, None]  # (B, 1)
     # Masked by selection, not by product: a -inf logprob at a position outside the mask times
     # 0 is nan. Clamped above: one behaviour logprob of -inf made the ratio inf and its gradient
@@ -131,24 +158,29 @@ def ppo_clip_loss_sum(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
     log_ratio = torch.where(mask > 0, logprobs - old_logprobs, 0.0).clamp(max=LOG_RATIO_LIMIT)
     ratio = torch.exp(log_ratio)
     unclipped = -adv * ratio
-    clipped = -adv * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
+    clipped = -adv * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + (clip_eps_high or clip_eps))
     per_token = torch.maximum(unclipped, clipped)  # (B, T)
-    total = (per_token * mask).sum()
+    capped = torch.zeros_like(per_token, dtype=torch.bool)
+    if dual_clip > 0:
+        # Only for A < 0: there the clipped surrogate -A * ratio grows without bound in the ratio.
+        cap = -adv * dual_clip  # (B, 1), positive where A < 0
+        capped = (adv < 0) & (per_token > cap)
+        per_token = torch.where(adv < 0, torch.minimum(per_token, cap), per_token)
+    total = (per_token * weight).sum()
     kl_sum = 0.0
     if ref_logprobs is not None and kl_coef > 0:
         # Clamped above as the log-ratio: exp(d) overflowed to inf past d = 88 (float32).
         d = torch.where(mask > 0, ref_logprobs - logprobs, 0.0).clamp(max=LOG_RATIO_LIMIT)
-        kl = (torch.exp(d) - d - 1.0) * mask
-        total = total + kl_coef * kl.sum()
-        kl_sum = float(kl.sum().detach())
+        kl = torch.exp(d) - d - 1.0
+        total = total + kl_coef * (kl * weight).sum()
+        kl_sum = float((kl * mask).sum().detach())
     ent_sum = 0.0
     if entropy is not None:
-        ent = (entropy * mask).sum()
         if entropy_coef > 0:
-            total = total - entropy_coef * ent
-        ent_sum = float(ent.detach())
+            total = total - entropy_coef * (entropy * weight).sum()
+        ent_sum = float((entropy * mask).sum().detach())
     with torch.no_grad():
-        was_clipped = ((clipped > unclipped).float() * mask).sum()
+        was_clipped = (((clipped > unclipped) | capped).float() * mask).sum()
         return LossSums(
             loss=total,
             policy=float((per_token * mask).sum()),
@@ -158,4 +190,5 @@ def ppo_clip_loss_sum(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
             ratio=float((ratio * mask).sum()),
             logprob_abs_diff=float(((logprobs - old_logprobs).abs() * mask).sum()),
             tokens=float(mask.sum()),
+            rows=float((row_tokens > 0).sum()),
         )

@@ -85,7 +85,7 @@ class PolicyTrainer:
     @staticmethod
     def _zero_sums() -> dict[str, float]:
         return {"loss": 0.0, "policy": 0.0, "kl": 0.0, "entropy": 0.0, "clipped": 0.0, "ratio": 0.0,
-                "logprob_abs_diff": 0.0, "tokens": 0.0, "samples": 0.0}
+                "logprob_abs_diff": 0.0, "tokens": 0.0, "rows": 0.0, "samples": 0.0}
 
     # -- one optimizer step, possibly streamed ---------------------------------------------
     def accumulate(self, samples: list[Sample]) -> None:
@@ -117,12 +117,13 @@ class PolicyTrainer:
             with torch.no_grad():
                 ref = token_logprobs(self.ref_model(input_ids=ids, attention_mask=attn).logits, ids,
                                      self.temperature, self.top_p)
-        sums = ppo_clip_loss_sum(lp, old, adv, mask, self.algo.clip_eps, ref, self.algo.kl_coef,
-                                entropy, self.algo.entropy_coef)
+        algo = self.algo
+        sums = ppo_clip_loss_sum(lp, old, adv, mask, algo.clip_eps, ref, algo.kl_coef, entropy,
+                                 algo.entropy_coef, algo.clip_eps_high, algo.dual_clip, algo.loss_agg)
         sums.loss.backward()
         if self.trust.enabled:
             self._trained.append((ids, attn, mask, lp.detach()))
-        for k in ("policy", "kl", "entropy", "clipped", "ratio", "logprob_abs_diff", "tokens"):
+        for k in ("policy", "kl", "entropy", "clipped", "ratio", "logprob_abs_diff", "tokens", "rows"):
             self._sums[k] += getattr(sums, k)
         self._sums["loss"] += float(sums.loss.detach())
         self._sums["samples"] += sum(not s.padding for s in part)
@@ -147,7 +148,10 @@ class PolicyTrainer:
             t = torch.tensor([self._sums[k] for k in self._sums], dtype=torch.float64, device=self.device)
             torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
             self._sums = dict(zip(self._sums, t.tolist(), strict=True))
-        scale = 1.0 / max(self._sums["tokens"], 1.0)  # token-mean over the whole batch
+        # The mean over the whole batch: of its tokens, or (seq_mean_token_mean) of its trajectories.
+        per_row = self.algo.loss_agg == "seq_mean_token_mean"
+        denominator = max(self._sums["rows" if per_row else "tokens"], 1.0)
+        scale = 1.0 / denominator
         for p in self.model.parameters():
             if p.grad is not None:
                 p.grad.mul_(scale)
@@ -165,7 +169,7 @@ class PolicyTrainer:
         step_kl = self._step_kl() if self.trust.enabled else 0.0
         next_mult = self.trust.update(step_kl)  # the rate of the next step, not of this one
         metrics = {
-            "train/loss": self._sums["loss"] / tokens,
+            "train/loss": self._sums["loss"] / denominator,  # the objective the step minimised
             "train/policy_loss": self._sums["policy"] / tokens,
             "train/kl": self._sums["kl"] / tokens,
             "train/entropy": self._sums["entropy"] / tokens,

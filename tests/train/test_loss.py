@@ -87,3 +87,48 @@ def test_entropy_of_each_sampling_distribution_and_its_bonus():
     assert plain.entropy == pytest.approx(math.log(4) + math.log(2), abs=1e-5)
     assert plain.loss.item() == pytest.approx(0.0, abs=1e-6)  # A = 0: the surrogate is 0
     assert bonus.loss.item() == pytest.approx(-0.5 * (math.log(4) + math.log(2)), abs=1e-5)
+
+
+def test_clip_higher_raises_only_the_upper_bound():
+    # eps 0.2, eps_high 0.28, A=1: ratio e^0.2 = 1.221 is no longer clipped (it was at 1.2);
+    # ratio e^0.25 = 1.284 is past 1.28, so clipped there.
+    lp = torch.tensor([[0.2, 0.25]], requires_grad=True)
+    s = ppo_clip_loss_sum(lp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2), 0.2, clip_eps_high=0.28)
+    assert s.loss.item() == pytest.approx(-math.exp(0.2) - 1.28, abs=1e-5)
+    assert s.clipped == 1
+    s.loss.backward()
+    assert lp.grad[0, 0].item() == pytest.approx(-math.exp(0.2), abs=1e-5) and lp.grad[0, 1].item() == 0.0
+    # the lower bound is clip_eps's: A=-1, ratio 0.7 -> 0.8
+    low = ppo_clip_loss_sum(torch.tensor([[math.log(0.7)]]), torch.zeros(1, 1), torch.tensor([-1.0]),
+                            torch.ones(1, 1), 0.2, clip_eps_high=0.28)
+    assert low.loss.item() == pytest.approx(0.8, abs=1e-6)
+
+
+def test_dual_clip_caps_a_negative_advantage_token_and_stops_its_gradient():
+    # A=-2, ratio e^2 = 7.39: PPO's loss 14.78, dual clip c=3 caps it at 6 with no gradient;
+    # ratio e^0.5 = 1.65 (loss 3.30 < 6) keeps PPO's value and gradient.
+    lp = torch.tensor([[2.0, 0.5]], requires_grad=True)
+    s = ppo_clip_loss_sum(lp, torch.zeros(1, 2), torch.tensor([-2.0]), torch.ones(1, 2), 0.2, dual_clip=3.0)
+    assert s.loss.item() == pytest.approx(6.0 + 2 * math.exp(0.5), abs=1e-5)
+    assert s.clipped == 1
+    s.loss.backward()
+    assert lp.grad[0, 0].item() == 0.0 and lp.grad[0, 1].item() == pytest.approx(2 * math.exp(0.5), abs=1e-5)
+    # a positive advantage is left to PPO's clip alone
+    pos = ppo_clip_loss_sum(torch.tensor([[2.0]]), torch.zeros(1, 1), torch.tensor([2.0]), torch.ones(1, 1), 0.2,
+                            dual_clip=3.0)
+    assert pos.loss.item() == pytest.approx(-2.4, abs=1e-6)
+
+
+def test_sequence_mean_weighs_each_row_alike():
+    # row 0: one token of loss -1 (ratio 1, A=1); row 1: three tokens, A=-1 -> +1 each;
+    # a padded row with no trained token counts for nothing.
+    lp = torch.zeros(3, 3)
+    mask = torch.tensor([[1, 0, 0], [1, 1, 1], [0, 0, 0]])
+    adv = torch.tensor([1.0, -1.0, 5.0])
+    tok = ppo_clip_loss_sum(lp, torch.zeros(3, 3), adv, mask, 0.2)
+    seq = ppo_clip_loss_sum(lp, torch.zeros(3, 3), adv, mask, 0.2, loss_agg="seq_mean_token_mean")
+    assert tok.loss.item() == pytest.approx(2.0) and tok.tokens == 4
+    assert seq.loss.item() == pytest.approx(0.0, abs=1e-6) and seq.rows == 2  # (-1 + 1) over 2 rows: 0
+    assert seq.policy == tok.policy == pytest.approx(2.0)  # the metric sums stay over tokens
+    with pytest.raises(ValueError, match="loss_agg must be one of"):
+        ppo_clip_loss_sum(lp, torch.zeros(3, 3), adv, mask, 0.2, loss_agg="sum")

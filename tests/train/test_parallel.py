@@ -26,14 +26,17 @@ def test_sharding_keeps_every_sample_once():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target_kl", [0.0, 1e-9])  # 1e-9: every step's KL shrinks the next one's rate
-def test_two_workers_stay_bitwise_equal_and_match_one_process(tiny_model_path, target_kl):
+@pytest.mark.parametrize("options", [
+    {},
+    {"target_kl": 1e-9},  # every step's KL shrinks the next one's rate
+    {"loss_agg": "seq_mean_token_mean"},  # divided by the trajectories of both shards
+])
+def test_two_workers_stay_bitwise_equal_and_match_one_process(tiny_model_path, options):
     init_ray(RayConfig(num_cpus=4))
     try:
         cfg = TrainerConfig(lr=1e-2, num_workers=2, micro_batch_size=4)
-        dp = DataParallelTrainer(tiny_model_path, cfg, AlgoConfig(target_kl=target_kl))
-        single = PolicyTrainer(tiny_model_path, TrainerConfig(lr=1e-2, micro_batch_size=4),
-                               AlgoConfig(target_kl=target_kl))
+        dp = DataParallelTrainer(tiny_model_path, cfg, AlgoConfig(**options))
+        single = PolicyTrainer(tiny_model_path, TrainerConfig(lr=1e-2, micro_batch_size=4), AlgoConfig(**options))
         for step in range(3):
             batch = random_batch(step)
             m_dp = dp.train_step(batch)
@@ -41,11 +44,16 @@ def test_two_workers_stay_bitwise_equal_and_match_one_process(tiny_model_path, t
             a, b = dp.parameters_per_worker()
             assert torch.equal(a, b), f"workers diverged at step {step}"
             assert m_dp["train/tokens"] == m_single["train/tokens"]
+            assert m_dp["train/loss"] == pytest.approx(m_single["train/loss"], rel=1e-4, abs=1e-6)
             assert m_dp["train/lr"] == m_single["train/lr"]  # the KL is summed over both workers
             assert m_dp["train/step_kl"] == pytest.approx(m_single["train/step_kl"], rel=1e-3, abs=1e-12)
         ref = torch.cat([p.detach().reshape(-1) for p in single.model.parameters()])
-        # same maths, different float summation order: close, not identical
-        assert (a - ref).abs().max().item() < 1e-4
+        # same maths, different float summation order: close, not identical. Adam divides each
+        # gradient by its own root mean square, so on a parameter whose gradient is near 0 an
+        # order difference moves the weight by up to a step's lr (1e-2); the sequence mean's
+        # 1/length weights add such differences (1.4e-4 measured; 3 steps at lr 1e-2).
+        tolerance = 5e-4 if options.get("loss_agg") == "seq_mean_token_mean" else 1e-4
+        assert (a - ref).abs().max().item() < tolerance
         dp.close()
     finally:
         ray.shutdown()

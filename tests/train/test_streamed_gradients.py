@@ -1,6 +1,7 @@
 """RollPacker's stream trainer: gradients of groups accumulated as they finish, one optimizer
 step at the round's end, must be the update of the whole round's batch given at once."""
 
+import pytest
 import torch
 
 from roll_agentic.config import AlgoConfig, TrainerConfig
@@ -30,11 +31,16 @@ def _worst(a: PolicyTrainer, b: PolicyTrainer) -> float:
     return max((sa[k] - sb[k]).abs().max().item() for k in sa)
 
 
-def test_a_streamed_round_takes_the_step_of_its_whole_batch(tiny_model_path):
+@pytest.mark.parametrize("options", [
+    {},
+    # the sequence mean divides by the round's trajectory count, known only at its end
+    {"loss_agg": "seq_mean_token_mean", "clip_eps_high": 0.28, "dual_clip": 3.0},
+])
+def test_a_streamed_round_takes_the_step_of_its_whole_batch(tiny_model_path, options):
     # micro-batches of 3 over groups of 4: every streamed part ends in a partial
     # micro-batch, and the last one of the round is partial too (20 samples)
     cfg = TrainerConfig(lr=1e-2, micro_batch_size=3, max_grad_norm=1e9)
-    algo = AlgoConfig(entropy_coef=0.01)
+    algo = AlgoConfig(entropy_coef=0.01, **options)
     groups = _groups(0)
     plain = PolicyTrainer(tiny_model_path, cfg, algo)
     whole = plain.train_step(samples_from_groups(groups))
