@@ -17,6 +17,11 @@ def _pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
+def no_signal_share(groups: list[list[Trajectory]]) -> float:
+    """The share of `groups` whose rewards are all equal (GRPO advantages exactly 0, advantages.py)."""
+    return statistics.fmean(float(len({t.reward for t in g}) <= 1) for g in groups) if groups else 0.0
+
+
 def rollout_metrics(groups: list[list[Trajectory]], version: int, engine_stats: list[dict],
                     last_engine_stats: list[dict], worker_stats: list[dict], step_s: float,
                     routing: dict | None = None, prices: dict[str, float] | None = None) -> dict[str, float]:
@@ -28,6 +33,11 @@ def rollout_metrics(groups: list[list[Trajectory]], version: int, engine_stats: 
         m[f"reward/{task}/success"] = statistics.fmean(float(t.success) for t in ts)
         m[f"rollout/{task}/turns"] = statistics.fmean(t.num_turns for t in ts)
         m[f"rollout/{task}/invalid_frac"] = statistics.fmean(t.num_invalid / max(1, t.num_turns) for t in ts)
+        # GRPO's health: a group whose rewards are all equal has advantage 0 and teaches
+        # nothing. Near 1 for long, a task is stuck (every member fails, or all succeed alike).
+        m[f"reward/{task}/no_signal_groups"] = no_signal_share([g for g in groups if g and g[0].task == task])
+    if groups:
+        m["reward/no_signal_groups"] = no_signal_share(groups)
     # max(0, ...): an engine restarted by Ray counts from 0 again, which is no negative rate.
     gen = [max(0.0, e["engine"].get("generated_tokens", 0.0) - (p["engine"].get("generated_tokens", 0.0) if p else 0.0))
            for e, p in zip(engine_stats, last_engine_stats or [None] * len(engine_stats), strict=False)]
