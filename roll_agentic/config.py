@@ -132,6 +132,9 @@ class RolloutConfig:
     # next step's tickets anyway, reset their envs and build the first prompts while the
     # trainer trains; generation still waits for the step (rollout/buffer.py)
     prepare_next_step: bool = True
+    # async mode: a group whose rewards are all equal (advantage 0) is dropped and a fresh
+    # prompt takes its place, up to 3x groups_per_step per step (DAPO's dynamic sampling)
+    drop_no_signal_groups: bool = False
     env_step_timeout_s: float = 60.0
     # one generate request (one agent turn); past it the engine counts as failed, the
     # request is aborted there and the episode retries on another engine (engine_client.py)
@@ -322,6 +325,10 @@ def validate(cfg: Config) -> Config:
     _check(e, cfg.rollout.eta >= 1.0, "rollout.eta", "a number >= 1.0", cfg.rollout.eta)
     _check(e, cfg.rollout.eta_responses >= 1.0, "rollout.eta_responses", "a number >= 1.0", cfg.rollout.eta_responses)
     if cfg.rollout.mode == "tail_batching":
+        # Its rounds take the first groups to finish: a dropped one would leave a round short.
+        _check(e, not cfg.rollout.drop_no_signal_groups, "rollout.drop_no_signal_groups",
+               "false with rollout.mode=tail_batching (its rounds keep the groups that finish first)",
+               cfg.rollout.drop_no_signal_groups)
         _check(e, cfg.algo.alpha == 0, "algo.alpha", "0 with rollout.mode=tail_batching (it is synchronous)", cfg.algo.alpha)
         # Streamed gradients make one optimizer step per round: further epochs would be ignored.
         _check(e, cfg.trainer.ppo_epochs == 1, "trainer.ppo_epochs",

@@ -40,6 +40,8 @@ def test_list_of_tasks_from_the_command_line_takes_defaults():
     ("rollout.mode=tail_batching algo.alpha=0 trainer.ppo_epochs=3", "trainer.ppo_epochs: expected 1 with"),
     ("algo.clip_eps_high=0.1", "algo.clip_eps_high: expected 0 (off) or a number in [algo.clip_eps = 0.2, 1)"),
     ("algo.dual_clip=0.5", "algo.dual_clip: expected 0 (off) or a number > 1"),
+    ("rollout.mode=tail_batching algo.alpha=0 rollout.drop_no_signal_groups=true",
+     "rollout.drop_no_signal_groups: expected false with rollout.mode=tail_batching"),
     ("algo.loss_agg=seq_mean", "algo.loss_agg: expected one of token_mean, seq_mean_token_mean"),
 ])
 def test_bad_config_is_one_clear_line(override, message):

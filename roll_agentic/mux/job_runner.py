@@ -166,7 +166,8 @@ class JobRunner:
     def _new_buffer(self):
         shares = [TaskShare(t.name, t.weight, t.group_size) for t in self.cfg.tasks]
         return ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
-            shares, self.cfg.algo.groups_per_step, self.cfg.algo.alpha, self.cfg.trainer.seed)
+            shares, self.cfg.algo.groups_per_step, self.cfg.algo.alpha, self.cfg.trainer.seed,
+            drop_no_signal=self.cfg.rollout.drop_no_signal_groups)
 
     async def _worker_stats(self) -> list[dict]:
         # A worker that died between phases fails the job with the same reason as one

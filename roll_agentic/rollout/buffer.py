@@ -16,6 +16,14 @@ holds; what moves out of the step is env start-up. Measured in `bench engine`
 (2 cores): a new step's requests reached the engine over 40-60 ms after it
 opened, and now within 5-28 ms; a slow `reset` (a container, a simulator)
 would otherwise stretch that to its own duration.
+
+With `drop_no_signal` (DAPO's dynamic sampling, Yu et al. 2025), a group
+whose rewards are all equal (GRPO advantage 0: it teaches nothing) is
+dropped and its place given to a fresh prompt, so a step trains on groups
+that carry a gradient. At most `NO_SIGNAL_OVERSAMPLE` x groups_per_step are
+dropped per step; past that the step takes such groups as they come, so a
+task where every group fails alike slows a step by that factor at most and
+never stalls the run.
 """
 
 from __future__ import annotations
@@ -27,6 +35,9 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 
 from roll_agentic.rollout.trajectory import Ticket, Trajectory
+
+# With drop_no_signal: groups of equal rewards dropped per step, as a multiple of groups_per_step.
+NO_SIGNAL_OVERSAMPLE = 3
 
 
 @dataclass
@@ -42,6 +53,7 @@ class BufferCounters:
     groups_completed: int = 0
     groups_dropped_stale: int = 0
     groups_dropped_failed: int = 0
+    groups_dropped_no_signal: int = 0  # drop_no_signal: all rewards equal, a fresh prompt took its place
     trajectories_received: int = 0
     trajectories_failed: int = 0
     trajectories_trained: int = 0
@@ -62,12 +74,14 @@ class BufferState:
 class TrajectoryBuffer:
     keeps_long_queue = False  # tail batching restores a checkpoint's long queue itself
     def __init__(self, tasks: list[TaskShare], groups_per_step: int, alpha: int, seed: int = 0,
-                 extra_groups: int = 0, prepare_ahead: bool = False):
+                 extra_groups: int = 0, prepare_ahead: bool = False, drop_no_signal: bool = False):
         self.tasks = tasks
         self.groups_per_step = groups_per_step
         self.alpha = alpha
         self.prepare_ahead = prepare_ahead  # issue the next step's tickets early, held (module doc)
         self.extra_groups = extra_groups  # redundant groups: stragglers stop mattering
+        self.drop_no_signal = drop_no_signal  # DAPO's dynamic sampling (module doc)
+        self._no_signal_dropped = 0  # since the last `advance`
         self._group_size = {t.name: t.group_size for t in tasks}
         self.rng = random.Random(seed)
         self.state = BufferState()
@@ -208,8 +222,22 @@ class TrajectoryBuffer:
             self._granted -= 1
         else:
             self.counters.trajectories_dropped += failed
+            self._group_completed()  # the system works, whatever the rewards say
+            if self._drops_no_signal(ok):
+                self.counters.groups_dropped_no_signal += 1
+                self.counters.trajectories_dropped += len(ok)
+                self._granted -= 1  # its place goes to a fresh prompt: the same one would likely tie again
+                return
             self._ready.append(ok)
-            self._group_completed()
+
+    def _drops_no_signal(self, ok: list[Trajectory]) -> bool:
+        """Drop this group of equal rewards? Only with `drop_no_signal`, within this step's allowance."""
+        if not self.drop_no_signal or len({t.reward for t in ok}) > 1:
+            return False
+        if self._no_signal_dropped >= NO_SIGNAL_OVERSAMPLE * self.groups_per_step:
+            return False
+        self._no_signal_dropped += 1
+        return True
 
     def _failed(self, traj: Trajectory) -> None:
         """Counts a failed trajectory under its status (env_failed, engine_failed,
@@ -270,6 +298,7 @@ class TrajectoryBuffer:
             self.state.version = version
             self.state.steps_taken += 1
             self._taken.clear()  # trained
+            self._no_signal_dropped = 0
             self._cond.notify_all()
 
     async def stop(self) -> None:

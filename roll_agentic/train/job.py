@@ -183,7 +183,7 @@ class TrainingJob:
         else:
             self.buffer = ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
                 shares, cfg.algo.groups_per_step, cfg.algo.alpha, cfg.trainer.seed,
-                prepare_ahead=cfg.rollout.prepare_next_step)
+                prepare_ahead=cfg.rollout.prepare_next_step, drop_no_signal=cfg.rollout.drop_no_signal_groups)
         self.trainer = make_trainer(self.model_path, cfg)
         self.publisher = WeightPublisher(self.engines, self.run_name)
         self._maybe_resume()

@@ -179,3 +179,53 @@ def test_a_batch_taken_but_not_trained_is_saved_as_not_taken():
         after = buf.export_state(untrained=True)
         assert after["requeued"] == [] and after["counters"]["trajectories_trained"] == 4
     asyncio.run(main())
+
+
+def test_drop_no_signal_gives_a_tied_groups_place_to_a_fresh_prompt():
+    """DAPO's dynamic sampling: a group of equal rewards is dropped and another prompt
+    rolled out in its place, so the step trains on groups that carry a gradient."""
+    async def main():
+        buf = TrajectoryBuffer([TaskShare("a", 1.0, 2)], groups_per_step=1, alpha=0, drop_no_signal=True)
+        tied = await buf.next_ticket()
+        for i in range(2):
+            await buf.put(_traj(tied, i, 0, reward=0.0))  # both failed alike: advantage 0
+        assert buf.counters.groups_dropped_no_signal == 1
+        fresh = await asyncio.wait_for(buf.next_ticket(), 1)  # its place in the step is free again
+        assert fresh.seed != tied.seed
+        for i in range(2):
+            await buf.put(_traj(fresh, i, 0, reward=float(i)))
+        [group] = await buf.get_batch(1, version=0)
+        assert [t.reward for t in group] == [0.0, 1.0]
+        assert buf.metrics()["buffer/groups_dropped_no_signal"] == 1.0
+    asyncio.run(main())
+
+
+def test_drop_no_signal_stops_dropping_past_its_allowance_so_a_stuck_task_still_trains():
+    async def main():
+        buf = TrajectoryBuffer([TaskShare("a", 1.0, 2)], groups_per_step=1, alpha=0, drop_no_signal=True)
+        for _ in range(3):  # NO_SIGNAL_OVERSAMPLE x groups_per_step drops ...
+            tk = await asyncio.wait_for(buf.next_ticket(), 1)
+            for i in range(2):
+                await buf.put(_traj(tk, i, 0, reward=0.0))
+        tk = await asyncio.wait_for(buf.next_ticket(), 1)
+        for i in range(2):
+            await buf.put(_traj(tk, i, 0, reward=0.0))
+        [group] = await asyncio.wait_for(buf.get_batch(1, version=0), 1)  # ... then it is taken as it is
+        assert buf.counters.groups_dropped_no_signal == 3 and group[0].seed == tk.seed
+        await buf.advance(1)  # a new step: a new allowance
+        tk = await asyncio.wait_for(buf.next_ticket(), 1)
+        for i in range(2):
+            await buf.put(_traj(tk, i, 1, reward=1.0))
+        assert buf.counters.groups_dropped_no_signal == 4
+    asyncio.run(main())
+
+
+def test_without_drop_no_signal_a_tied_group_is_trained():
+    async def main():
+        buf = TrajectoryBuffer([TaskShare("a", 1.0, 2)], groups_per_step=1, alpha=0)
+        tk = await buf.next_ticket()
+        for i in range(2):
+            await buf.put(_traj(tk, i, 0, reward=1.0))
+        [group] = await buf.get_batch(1, version=0)
+        assert len(group) == 2 and buf.counters.groups_dropped_no_signal == 0
+    asyncio.run(main())
