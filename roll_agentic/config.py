@@ -16,6 +16,8 @@ from typing import Any
 
 from roll_agentic.train.lr_schedule import SCHEDULES
 
+# Group-relative advantage estimators (`algo.advantage`; train/advantages.py).
+ADVANTAGE_ESTIMATORS = ("grpo", "grpo_no_std", "rloo")
 # How a batch's token losses are combined (`algo.loss_agg`; train/loss.py).
 LOSS_AGGREGATIONS = ("token_mean", "seq_mean_token_mean")
 
@@ -115,6 +117,9 @@ class AlgoConfig:
     # > 0: after each step, the lr of the next shrinks when the step's KL overshot 2x this
     # and grows back under half of it (train/trust_region.py): a trust region on fresh samples
     target_kl: float = 0.0
+    # grpo: (r - mean) / std within a group; grpo_no_std: r - mean (Dr. GRPO);
+    # rloo: r - the others' mean (train/advantages.py)
+    advantage: str = "grpo"
     adv_eps: float = 1e-6
 
 
@@ -315,6 +320,8 @@ def validate(cfg: Config) -> Config:
            cfg.algo.dual_clip)
     _check(e, cfg.algo.loss_agg in LOSS_AGGREGATIONS, "algo.loss_agg", f"one of {', '.join(LOSS_AGGREGATIONS)}",
            cfg.algo.loss_agg)
+    _check(e, cfg.algo.advantage in ADVANTAGE_ESTIMATORS, "algo.advantage",
+           f"one of {', '.join(ADVANTAGE_ESTIMATORS)}", cfg.algo.advantage)
     _check(e, cfg.algo.kl_coef >= 0, "algo.kl_coef", "a number >= 0", cfg.algo.kl_coef)
     _check(e, cfg.algo.entropy_coef >= 0, "algo.entropy_coef", "a number >= 0", cfg.algo.entropy_coef)
     _check(e, cfg.algo.target_kl >= 0, "algo.target_kl", "a number >= 0 (0 = off)", cfg.algo.target_kl)

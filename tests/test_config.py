@@ -42,6 +42,7 @@ def test_list_of_tasks_from_the_command_line_takes_defaults():
     ("algo.dual_clip=0.5", "algo.dual_clip: expected 0 (off) or a number > 1"),
     ("rollout.mode=tail_batching algo.alpha=0 rollout.drop_no_signal_groups=true",
      "rollout.drop_no_signal_groups: expected false with rollout.mode=tail_batching"),
+    ("algo.advantage=ppo", "algo.advantage: expected one of grpo, grpo_no_std, rloo"),
     ("algo.loss_agg=seq_mean", "algo.loss_agg: expected one of token_mean, seq_mean_token_mean"),
 ])
 def test_bad_config_is_one_clear_line(override, message):

@@ -253,7 +253,7 @@ class JobRunner:
                     switch = await slot.switch_in.remote(self.name)
                     self.state_node = node
                     t1 = time.perf_counter()
-                    samples = samples_from_groups(self._groups, self.cfg.algo.adv_eps)
+                    samples = samples_from_groups(self._groups, self.cfg.algo.adv_eps, self.cfg.algo.advantage)
                     train_m = await slot.train.remote(self.name, samples)
                     self.version += 1
                     t2 = time.perf_counter()

@@ -284,7 +284,7 @@ class TrainingJob:
         )
 
     def train_phase(self, groups: list) -> dict[str, float]:
-        samples = samples_from_groups(groups, self.cfg.algo.adv_eps)
+        samples = samples_from_groups(groups, self.cfg.algo.adv_eps, self.cfg.algo.advantage)
         return self.trainer.train_step(samples)
 
     def sync_phase(self) -> dict[str, float]:
@@ -324,12 +324,12 @@ class TrainingJob:
             held += new
             if len(groups) >= math.ceil(STREAM_FROM * p0) and not closed:
                 t = time.perf_counter()
-                self.trainer.accumulate(samples_from_groups(held, self.cfg.algo.adv_eps))
+                self.trainer.accumulate(samples_from_groups(held, self.cfg.algo.adv_eps, self.cfg.algo.advantage))
                 streamed_s += time.perf_counter() - t
                 held = []
         rollout_done = time.perf_counter()
         if held:
-            self.trainer.accumulate(samples_from_groups(held, self.cfg.algo.adv_eps))
+            self.trainer.accumulate(samples_from_groups(held, self.cfg.algo.adv_eps, self.cfg.algo.advantage))
         return groups, {"tail/streamed_grad_s": streamed_s, "tail/round_closed": float(closed),
                         "tail/final_grad_s": time.perf_counter() - rollout_done}
 

@@ -18,7 +18,7 @@ import torch
 
 from roll_agentic.config import AlgoConfig, TrainerConfig
 from roll_agentic.rollout.trajectory import Trajectory
-from roll_agentic.train.advantages import grpo_advantages
+from roll_agentic.train.advantages import group_advantages
 from roll_agentic.train.loss import ppo_clip_loss_sum, token_logprobs, token_logprobs_and_entropy
 from roll_agentic.train.lr_schedule import lr_at
 from roll_agentic.train.trust_region import AdaptiveLR, step_kl_sum
@@ -36,11 +36,13 @@ class Sample:
     padding: bool = False
 
 
-def samples_from_groups(groups: list[list[Trajectory]], eps: float = 1e-6) -> list[Sample]:
+def samples_from_groups(groups: list[list[Trajectory]], eps: float = 1e-6, estimator: str = "grpo"
+                        ) -> list[Sample]:
+    """Training samples of finished groups, each with its advantage (`algo.advantage`)."""
     out: list[Sample] = []
     for group in groups:
         rewards = torch.tensor([t.reward for t in group], dtype=torch.float64)
-        adv = grpo_advantages(rewards, eps)
+        adv = group_advantages(rewards, estimator, eps)
         for t, a in zip(group, adv.tolist(), strict=True):
             out.append(Sample(t.token_ids, t.loss_mask, t.logprobs, float(a), t.task))
     return out

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from roll_agentic.train.advantages import grpo_advantages
+from roll_agentic.train.advantages import group_advantages, grpo_advantages
 
 
 def test_hand_computed_group():
@@ -40,3 +40,25 @@ def test_equal_but_inexact_rewards_give_exactly_zero_advantage(value, n, eps, dt
     adv = grpo_advantages(torch.full((n,), value, dtype=dtype), eps=eps)
     assert torch.isfinite(adv).all()
     assert adv.abs().max().item() == 0.0
+
+
+def test_grpo_without_std_only_centers():
+    # Dr. GRPO: r - mean, whatever the spread
+    adv = group_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), "grpo_no_std")
+    assert adv.tolist() == pytest.approx([0.75, -0.25, -0.25, -0.25])
+
+
+def test_rloo_baseline_leaves_each_one_out():
+    r = torch.tensor([1.0, 0.0, 0.5])
+    expected = [1.0 - 0.25, 0.0 - 0.75, 0.5 - 0.5]  # r_i - mean of the other two
+    assert group_advantages(r, "rloo").tolist() == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "grpo_no_std", "rloo"])
+def test_every_estimator_gives_a_tied_group_exactly_zero(estimator):
+    assert group_advantages(torch.full((6,), 0.1, dtype=torch.float32), estimator).abs().max().item() == 0.0
+
+
+def test_an_unknown_estimator_is_named():
+    with pytest.raises(ValueError, match="one of grpo, grpo_no_std, rloo, not 'ppo'"):
+        group_advantages(torch.tensor([1.0, 0.0]), "ppo")
