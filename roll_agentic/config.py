@@ -191,6 +191,16 @@ class RayConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Held-out episodes on the current weights, never trained on (train/evaluation.py)."""
+
+    every: int = 0  # steps between evaluations (and after the last step); 0 = off
+    episodes: int = 16  # per task, on the same seeds every time
+    temperature: float = 0.0  # 0 = greedy decoding
+    seed: int = 1_000_000_000  # the first eval seed; training draws its seeds at random
+
+
+@dataclass
 class TelemetryConfig:
     progress: bool = True  # live display in the terminal
     tensorboard: bool = True
@@ -237,6 +247,7 @@ class Config:
     reward: RewardConfig = field(default_factory=RewardConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
 
 def _check(errors: list[str], ok: bool, key: str, expected: str, got: Any) -> None:
@@ -341,6 +352,10 @@ def validate(cfg: Config) -> Config:
         _check(e, cfg.trainer.ppo_epochs == 1, "trainer.ppo_epochs",
                "1 with rollout.mode=tail_batching (its streamed gradients make one step per round)",
                cfg.trainer.ppo_epochs)
+    _check(e, cfg.eval.every >= 0, "eval.every", "an integer >= 0 (0 = off)", cfg.eval.every)
+    _check(e, cfg.eval.episodes >= 1, "eval.episodes", "an integer >= 1", cfg.eval.episodes)
+    _check(e, cfg.eval.temperature >= 0, "eval.temperature", "a number >= 0 (0 = greedy)", cfg.eval.temperature)
+    _check(e, cfg.eval.seed >= 0, "eval.seed", "an integer >= 0", cfg.eval.seed)
     _check(e, cfg.trainer.total_steps >= 1, "trainer.total_steps", "an integer >= 1", cfg.trainer.total_steps)
     _check(e, cfg.trainer.lr > 0, "trainer.lr", "a number > 0", cfg.trainer.lr)
     _check(e, cfg.trainer.lr_schedule in SCHEDULES, "trainer.lr_schedule", f"one of {', '.join(SCHEDULES)}",

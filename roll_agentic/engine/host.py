@@ -326,7 +326,9 @@ def _weights_before_restart() -> tuple[int, str] | None:
     try:
         import ray
 
-        if not ray.get_runtime_context().was_current_actor_reconstructed:
+        # Outside Ray (an engine made in-process) there is no restart to recover from; and
+        # get_runtime_context() would start Ray, or join a cluster a stale address file names.
+        if not ray.is_initialized() or not ray.get_runtime_context().was_current_actor_reconstructed:
             return None
         rec = json.loads(_weights_file().read_text())  # type: ignore[union-attr]
         return int(rec["version"]), str(rec["source"])

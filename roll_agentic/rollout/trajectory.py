@@ -38,6 +38,9 @@ class Ticket:
     # Prepared ahead (buffer.py): the group may reset its envs now, but generates only
     # once the buffer has taken this many steps (0 = at once).
     opens_at_step: int = 0
+    # An evaluation episode (train/evaluation.py): sampled at this temperature, on whatever
+    # weights serve it, never trained on; None for training.
+    eval_temperature: float | None = None
 
 
 def json_scalars(info: dict[str, Any]) -> dict[str, Any]:

@@ -189,6 +189,14 @@ class RolloutWorker:
             trajs = list(await asyncio.gather(*(self._episode(ticket, i) for i in range(ticket.group_size))))
         await self.buffer.put_many.remote(trajs)
 
+    async def evaluate(self, task_name: str, seeds: list[int], temperature: float) -> list[dict]:
+        """One episode per seed on the weights serving now, rewarded, never trained on:
+        each one's outcome (`train/evaluation.py` asks and sums them up)."""
+        tickets = [Ticket(f"eval-{seed}", task_name, seed, 1, -1, eval_temperature=temperature) for seed in seeds]
+        trajs = await asyncio.gather(*(self._episode(t, 0) for t in tickets))
+        return [{"status": t.status, "reward": t.reward, "success": t.success, "turns": t.num_turns,
+                 "version": t.start_version, "error": t.error} for t in trajs]
+
     async def _race_group(self, ticket: Ticket) -> list[Trajectory]:
         """Tail batching: keep the first `keep` good episodes; abort the rest, or all
         of them when the round closes without this group."""
@@ -389,7 +397,9 @@ class RolloutWorker:
 
     async def _play_on(self, env: Any, engine_for: Any, task: TaskConfig, ticket: Ticket,
                        traj_id: str, attempt: int) -> Trajectory:
-        sampling = SamplingParams(max_tokens=task.max_new_tokens, temperature=self.temperature,
+        evaluating = ticket.eval_temperature is not None
+        sampling = SamplingParams(max_tokens=task.max_new_tokens,
+                                  temperature=ticket.eval_temperature if evaluating else self.temperature,
                                   top_p=self.top_p, stop_token_ids=self.fmt.stop_token_ids)
         t = time.perf_counter()
         obs, info = await self._env_call(env.reset, seed=ticket.seed)
@@ -437,7 +447,7 @@ class RolloutWorker:
                                          f"after {len(result.token_ids)} tokens")
             if traj.start_version < 0:
                 traj.start_version = result.weight_version
-            if result.weight_version - traj.start_version > self.alpha:
+            if result.weight_version - traj.start_version > self.alpha and not evaluating:
                 raise Stale()
             conv.add_reply(result.token_ids, result.logprobs)
             reply = self.fmt.decode(result.token_ids)

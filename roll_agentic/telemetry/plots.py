@@ -36,8 +36,10 @@ def _lines(rows: list[dict], series: dict[str, str], ylabel: str, title: str, ou
 
 
 def reward_curve(rows: list[dict], tasks: list[str], out: Path) -> Path:
-    return _lines(rows, {t: f"reward/{t}/mean" for t in tasks}, "mean reward", "Reward per task", out,
-                  marker="o", markersize=3)
+    """Training reward per task, and the held-out evaluation's where the run evaluated (eval.every)."""
+    series = {t: f"reward/{t}/mean" for t in tasks}
+    series.update({f"{t} (eval)": f"eval/{t}/mean" for t in tasks})
+    return _lines(rows, series, "mean reward", "Reward per task", out, marker="o", markersize=3)
 
 
 def pool_busy(rows: list[dict], pools: list[str], out: Path) -> Path:

@@ -17,6 +17,8 @@ class ProgressDisplay:
         self.console = Console()
         self.live: Live | None = None
         self.t0 = time.time()
+        self.last_eval: dict[str, float] = {}  # eval/<task>/mean of the last evaluation (eval.every)
+        self.last_eval_step = 0
 
     def __enter__(self) -> ProgressDisplay:
         if self.enabled:
@@ -36,6 +38,8 @@ class ProgressDisplay:
         for task in self.tasks:
             v = m.get(f"reward/{task}/mean")
             t.add_row(f"reward {task}", "-" if v is None else f"{v:.3f}")
+        for task, v in self.last_eval.items():
+            t.add_row(f"eval {task} (step {self.last_eval_step})", f"{v:.3f}")
         for key, label in [("rollout/tokens_per_s", "tokens/s"), ("rollout/in_flight", "trajectories in flight"),
                            ("rollout/staleness_mean", "staleness (versions)"), ("train/loss", "loss"),
                            ("time/step_s", "step time (s)")]:
@@ -46,10 +50,15 @@ class ProgressDisplay:
         return t
 
     def update(self, metrics: dict) -> None:
+        evaluated = {t: metrics[f"eval/{t}/mean"] for t in self.tasks if f"eval/{t}/mean" in metrics}
+        if evaluated:
+            self.last_eval, self.last_eval_step = evaluated, int(metrics.get("step", 0))
         if self.live is not None:
             self.live.update(self._table(metrics))
         else:
             rewards = " ".join(f"{t}={metrics.get(f'reward/{t}/mean', float('nan')):.3f}" for t in self.tasks)
+            if evaluated:
+                rewards += "  eval " + " ".join(f"{t}={v:.3f}" for t, v in evaluated.items())
             print(f"step {int(metrics['step'])}/{self.total}  reward {rewards}  "
                   f"tok/s {metrics.get('rollout/tokens_per_s', 0):.0f}  "
                   f"in-flight {metrics.get('rollout/in_flight', 0):.0f}  "

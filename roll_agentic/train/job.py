@@ -29,6 +29,7 @@ from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
 from roll_agentic.rollout.task_check import check_tasks
 from roll_agentic.rollout.worker import RolloutWorker
 from roll_agentic.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from roll_agentic.train.evaluation import evaluation_due, run_evaluation
 from roll_agentic.train.resource_check import (
     in_process_device_error,
     shortfall_error,
@@ -418,6 +419,8 @@ class TrainingJob:
             with ProgressDisplay(cfg.trainer.total_steps, tasks, cfg.telemetry.progress) as progress:
                 while self.version < cfg.trainer.total_steps:
                     m = self.step_once(hold_until_logged=True)
+                    if evaluation_due(cfg.eval, self.version, cfg.trainer.total_steps):
+                        m.update(run_evaluation(self.workers, cfg.tasks, cfg.eval))  # on the weights just loaded
                     log.write(self.version, m)
                     progress.update(m)
                     self.guard.end()  # the step is whole: a Ctrl-C held meanwhile stops the run here

@@ -45,11 +45,19 @@ def test_train_writes_metrics_tensorboard_plot_and_checkpoints_then_resumes(tmp_
 
 
 def test_synchronous_mode_trains_only_on_policy_samples(tmp_path, tiny_model_path):
-    TrainingJob(_cfg(tmp_path, "algo.alpha=0", "trainer.total_steps=3")).run()
+    # evaluated after steps 2 and 3 (the last), on 3 held-out episodes per task
+    TrainingJob(_cfg(tmp_path, "algo.alpha=0", "trainer.total_steps=3", "eval.every=2", "eval.episodes=3")).run()
     rows = [json.loads(line) for line in (tmp_path / "e2e" / "metrics.jsonl").read_text().splitlines()]
     assert all(r["rollout/staleness_max"] == 0 for r in rows)
     # every sampled token came from the weights being trained: the recomputed logprobs agree
     assert all(r["train/logprob_diff"] < 1e-3 for r in rows)
+    assert [("eval/guess/episodes" in r) for r in rows] == [False, True, True]
+    for r in rows[1:]:
+        for task in ("frozenlake", "guess"):
+            assert r[f"eval/{task}/episodes"] + r[f"eval/{task}/failed"] == 3
+            assert 0.0 <= r[f"eval/{task}/mean"] <= 1.0 and r[f"eval/{task}/turns"] >= 1
+    # eval episodes are never trained on: each step trains its 2 groups of 4
+    assert all(r["train/samples"] == 8 for r in rows)
 
 
 def test_tail_batching_mode_streams_gradients_on_policy(tmp_path, tiny_model_path):
