@@ -88,12 +88,13 @@ class JobRunner:
     # -- set-up ----------------------------------------------------------------------------
     async def setup(self, model_path: str, train_node: str, rollout_nodes: list[str]) -> None:
         from roll_agentic.telemetry.metrics import MetricsLog
-        from roll_agentic.train.job import _json, start_rewards
+        from roll_agentic.train.job import start_rewards
+        from roll_agentic.train.resume_record import config_json
 
         cfg = self.cfg
         self.model_path = model_path
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(_json(asdict(cfg)))
+        (self.run_dir / "config.json").write_text(config_json(asdict(cfg)))
         # A cancel interrupts the await, not the thread: the thread's result is still kept
         # (shielded), so that close() stops the emulator it started.
         started = asyncio.ensure_future(asyncio.to_thread(start_rewards, cfg, self.run_dir))

@@ -347,6 +347,11 @@ class TrajectoryBuffer:
         self._requeued = deque(Ticket("", r["task"], r["seed"], self._group_size[r["task"]], self.state.version)
                                for r in saved if r["task"] in self._group_size)
 
+    def wait_status(self) -> dict:
+        """What a step waiting on this buffer is waiting for (train/rollout_wait.py)."""
+        return {"ready": len(self._ready), "open": len(self._open), "failures": dict(self.failures),
+                "last_error": self.last_error}
+
     def metrics(self) -> dict[str, float]:
         m = {f"buffer/{k}": float(v) for k, v in vars(self.counters).items()}
         m["buffer/ready_groups"] = float(len(self._ready))

@@ -35,7 +35,13 @@ from roll_agentic.train.resource_check import (
     shortfall_error,
     trainer_in_process,
 )
-from roll_agentic.train.resume_record import keep_copy, schedule_change_line
+from roll_agentic.train.resume_record import (
+    config_json,
+    flat_config,
+    keep_copy,
+    schedule_change_line,
+)
+from roll_agentic.train.rollout_wait import EVERY_S, RolloutWaitReporter
 from roll_agentic.train.step_guard import StepGuard
 from roll_agentic.train.step_metrics import rollout_metrics
 from roll_agentic.train.trainer import PolicyTrainer, samples_from_groups
@@ -209,10 +215,10 @@ class TrainingJob:
         import json
 
         try:
-            before = _flat(json.loads(saved.read_text()))
+            before = flat_config(json.loads(saved.read_text()))
         except (OSError, ValueError):
             return
-        now = _flat(json.loads(_json(asdict(self.cfg))))
+        now = flat_config(json.loads(config_json(asdict(self.cfg))))
         changed = [f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(before) | set(now))
                    # run_name: the saved config may hold "" (a fresh run named at its start)
                    if k not in ("trainer.resume", "run_name") and before.get(k) != now.get(k)]
@@ -269,8 +275,12 @@ class TrainingJob:
         bug). Its episodes never come back then, so the buffer's quota stays taken and
         get_batch waited forever, silently. The run stops instead, naming the worker.
         """
-        ready, _ = ray.wait([ref, *self.worker_runs], num_returns=1)
-        if ref in ready or not ready:
+        waiting = RolloutWaitReporter(self.version + 1, self.cfg.algo.groups_per_step,
+                                      lambda: ray.get(self.buffer.wait_status.remote()))
+        waiting.started()
+        while not (ready := ray.wait([ref, *self.worker_runs], num_returns=1, timeout=EVERY_S / 3)[0]):
+            waiting.tick()  # a line now and then, should the wait be long or episodes fail
+        if ref in ready:
             return ray.get(ref)
         stopped = ready[0]
         try:
@@ -410,7 +420,7 @@ class TrainingJob:
                 print(f"run dir {self.run_dir} removed: the run did not start", flush=True)
             raise
         self._say_what_resume_changed()
-        (self.run_dir / "config.json").write_text(_json(asdict(cfg)))
+        (self.run_dir / "config.json").write_text(config_json(asdict(cfg)))
         log = MetricsLog(self.run_dir, cfg.telemetry.tensorboard)
         log.truncate_after(self.version)
         tasks = [t.name for t in cfg.tasks]
@@ -476,23 +486,6 @@ class TrainingJob:
                 self.reward_service.stop()
         if self.started_ray:
             ray.shutdown()
-
-
-def _flat(tree: dict, prefix: str = "") -> dict:
-    """A nested config as dotted keys (lists are compared whole)."""
-    out = {}
-    for k, v in tree.items():
-        if isinstance(v, dict) and v:
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def _json(obj) -> str:
-    import json
-
-    return json.dumps(obj, indent=2, default=str)
 
 
 def train(cfg: Config) -> dict:

@@ -56,3 +56,21 @@ def keep_copy(run_dir: Path, stem: str, text: str) -> Path:
         return newest
     path.write_text(text)
     return path
+
+
+def flat_config(tree: dict, prefix: str = "") -> dict:
+    """A nested config as dotted keys (lists are compared whole)."""
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, dict) and v:
+            out.update(flat_config(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def config_json(obj) -> str:
+    """A run's config as written to its config.json (what a resume compares with)."""
+    import json
+
+    return json.dumps(obj, indent=2, default=str)

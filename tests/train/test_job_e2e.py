@@ -114,10 +114,10 @@ def _say_what_resume_changed(run_dir, resume_overrides: list[str]) -> None:
     """What a resume with `resume_overrides` says of a run saved with engine=hf and 3 steps."""
     from dataclasses import asdict
 
-    from roll_agentic.train.job import _json
+    from roll_agentic.train.resume_record import config_json
 
     fresh = load_config(["engine=hf", "trainer.total_steps=3"])
-    (run_dir / "config.json").write_text(_json(asdict(fresh)))
+    (run_dir / "config.json").write_text(config_json(asdict(fresh)))
     job = TrainingJob.__new__(TrainingJob)
     job.cfg = load_config([*resume_overrides, "trainer.resume=true", "run_name=x"])
     job.run_dir, job.version = run_dir, 3

@@ -4,6 +4,7 @@ import torch
 
 from roll_agentic.config import AlgoConfig, TrainerConfig
 from roll_agentic.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from roll_agentic.train.resume_record import config_json
 from roll_agentic.train.trainer import PolicyTrainer, Sample
 
 
@@ -84,7 +85,7 @@ def _resume_at(tmp_path, overrides: list[str]):
     job = job_mod.TrainingJob(cfg)
     job.version = 2  # as _maybe_resume sets it
     job._say_what_resume_changed()
-    (job.run_dir / "config.json").write_text(job_mod._json(asdict(job.cfg)))
+    (job.run_dir / "config.json").write_text(config_json(asdict(job.cfg)))
     return job.run_dir
 
 
@@ -95,12 +96,11 @@ def test_two_resumes_at_one_step_keep_the_runs_own_settings(tmp_path, capsys):
     from dataclasses import asdict
 
     from roll_agentic.hydra_config import load_config
-    from roll_agentic.train import job as job_mod
 
     run = tmp_path / "r"
     save_checkpoint(run / "checkpoints", 2, {"x": torch.ones(1)}, {"step": 2}, {"buffer": {}})
     original = load_config([f"output_dir={tmp_path}", "run_name=r", "engine=hf", "trainer.total_steps=20"])
-    (run / "config.json").write_text(job_mod._json(asdict(original)))
+    (run / "config.json").write_text(config_json(asdict(original)))
 
     _resume_at(tmp_path, ["trainer.total_steps=30"])
     _resume_at(tmp_path, ["trainer.total_steps=40"])
@@ -126,7 +126,7 @@ def test_a_resume_with_another_total_steps_says_how_the_rate_moves(tmp_path, cap
     run = tmp_path / "r"
     save_checkpoint(run / "checkpoints", 10, {"x": torch.ones(1)}, {"step": 10}, {"buffer": {}})
     base = [f"output_dir={tmp_path}", "run_name=r", "engine=hf", "trainer.lr=0.001", "trainer.lr_min_ratio=0"]
-    (run / "config.json").write_text(job_mod._json(asdict(load_config([*base, "trainer.total_steps=20"]))))
+    (run / "config.json").write_text(config_json(asdict(load_config([*base, "trainer.total_steps=20"]))))
 
     def resume(*overrides: str) -> list[str]:
         job = job_mod.TrainingJob(load_config([*base, "trainer.resume=true", *overrides]))
@@ -143,6 +143,6 @@ def test_a_resume_with_another_total_steps_says_how_the_rate_moves(tmp_path, cap
     assert resume("trainer.total_steps=80", "trainer.lr_schedule=constant") == [
         "learning rate at step 11: 0.000459 -> 0.001, because the schedule is now constant over 80 steps "
         "(was cosine over 20)"]
-    (run / "config.json").write_text(job_mod._json(asdict(load_config(
+    (run / "config.json").write_text(config_json(asdict(load_config(
         [*base, "trainer.total_steps=20", "trainer.lr_schedule=constant"]))))
     assert resume("trainer.total_steps=80", "trainer.lr_schedule=constant") == []  # constant: no jump

@@ -1,0 +1,55 @@
+"""What a step that waits long for its rollout says while it waits.
+
+A step waits on the trajectory buffer for its groups. When every episode
+fails (a reward function that raises on longer episodes, an env that
+breaks after its first step), groups are re-rolled until the buffer gives
+up (`TrajectoryBuffer._raise_if_failing`: 300 s, so that a restarting
+engine or emulator is not taken for a broken one). Until then nothing was
+printed: the run looked hung, and the cause was only in a log file. Now,
+once trajectories fail during the wait or it passes `QUIET_S`, a line
+every `EVERY_S` says how many groups are ready, what failed since the step
+began, and the last error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+QUIET_S = 120.0  # a healthy step may wait this long (vLLM's first step on CPU: ~35 s)
+EVERY_S = 30.0
+
+
+class RolloutWaitReporter:
+    """Lines for one step's wait; `status()` reads the buffer (`TrajectoryBuffer.wait_status`)."""
+
+    def __init__(self, step: int, wanted: int, status: Callable[[], dict],
+                 say: Callable[[str], None] = lambda line: print(line, flush=True)):
+        self.step, self.wanted, self.status, self.say = step, wanted, status, say
+        self.t0 = time.monotonic()
+        self.last_said = self.t0
+        self._failed_at_start: dict[str, int] | None = None
+
+    def started(self) -> None:
+        """Take the failure counts the step starts from (what failed before is not news)."""
+        self._failed_at_start = dict(self.status()["failures"])
+
+    def tick(self, now: float | None = None) -> str | None:
+        """Called while the step waits; the line said, if one was due."""
+        now = time.monotonic() if now is None else now
+        if now - self.last_said < EVERY_S:
+            return None
+        st = self.status()
+        before = self._failed_at_start or {}
+        new = {k: n - before.get(k, 0) for k, n in st["failures"].items() if n > before.get(k, 0)}
+        if not new and now - self.t0 < QUIET_S:
+            return None
+        self.last_said = now
+        line = (f"step {self.step}: waiting {now - self.t0:.0f} s for the rollout: "
+                f"{min(st['ready'], self.wanted)} of {self.wanted} groups ready, {st['open']} under way")
+        if new:
+            failed = ", ".join(f"{k} {n}" for k, n in sorted(new.items()))
+            line += (f"; trajectories failed since the step began: {failed}; last: {st['last_error'][:300]}. "
+                     f"Failed groups are rolled out again; if every one fails for 300 s the run stops")
+        self.say(line)
+        return line
