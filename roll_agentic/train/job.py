@@ -31,6 +31,7 @@ from roll_agentic.rollout.worker import RolloutWorker
 from roll_agentic.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from roll_agentic.train.evaluation import evaluation_due, run_evaluation
 from roll_agentic.train.resource_check import (
+    cluster_shortfall_warning,
     in_process_device_error,
     shortfall_error,
     trainer_in_process,
@@ -167,6 +168,8 @@ class TrainingJob:
             problem = shortfall_error(cfg, ray.cluster_resources())
             if problem:
                 raise RuntimeError(problem)
+        elif warning := cluster_shortfall_warning(cfg, ray.cluster_resources()):
+            print(warning, flush=True)
         self._start_rewards()
         # A resumed run samples from streams of its own: seeded as at step 0, the engines
         # replayed the run's first sampling noise.

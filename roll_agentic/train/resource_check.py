@@ -7,7 +7,9 @@ local Ray (no `ray.address`) the nodes are all there from the start, so the
 run's whole demand (engines, env workers, trainer workers; GPUs and custom
 resources, which actors hold for the whole run) is compared with what the
 machine has, and a shortfall is a clear error. A cluster may grow
-(autoscaling), so there only the trainer that runs in the driver is checked.
+(autoscaling), so there a shortfall is a warning, said at once with who
+asks for what (`cluster_shortfall_warning`): a typo such as `gpu_h2O`
+otherwise left the run waiting with only Ray's autoscaler lines to go by.
 """
 
 from __future__ import annotations
@@ -68,3 +70,18 @@ def shortfall_error(cfg: Config, available: dict[str, float]) -> str | None:
     return ("the run needs resources this machine's Ray does not have, so its actors would wait for ever:\n"
             + "\n".join(lines) + "\nOn a machine without GPUs use trainer.device=cpu and no GPU in pools[*].resources "
             "or envs.resources; for node types (e.g. gpu_h20), join a cluster that has them with ray.address=...")
+
+
+def cluster_shortfall_warning(cfg: Config, available: dict[str, float]) -> str | None:
+    """On a joined cluster: what the run asks for beyond its nodes now, as a warning; None if it fits."""
+    lines = []
+    for res, asks in sorted(demand(cfg).items()):
+        need = sum(n for _, n in asks)
+        have = available.get(res, 0.0)
+        if need > have + 1e-9:
+            none = " (no node has it: a typo?)" if res not in available else ""
+            lines.append(f"  {res}: {need:g} asked ({'; '.join(w for w, _ in asks)}), {have:g} in the cluster{none}")
+    if not lines:
+        return None
+    return ("warning: the run asks for more than the cluster's nodes have now; its actors wait until nodes "
+            "that have it join (an autoscaler may add them), and otherwise for ever:\n" + "\n".join(lines))

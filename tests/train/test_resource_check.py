@@ -7,7 +7,12 @@ import pytest
 import torch
 
 from roll_agentic.hydra_config import load_config
-from roll_agentic.train.resource_check import demand, in_process_device_error, shortfall_error
+from roll_agentic.train.resource_check import (
+    cluster_shortfall_warning,
+    demand,
+    in_process_device_error,
+    shortfall_error,
+)
 
 LAPTOP = {"CPU": 32.0, "memory": 1e10}  # a local Ray without GPUs or node types
 
@@ -28,6 +33,17 @@ def test_gpu_trainer_workers_and_pinned_pools_are_named_with_their_counts():
     assert "trainer.device=cpu" in msg
     # The same run fits a node that has them.
     assert shortfall_error(cfg, {**LAPTOP, "GPU": 4.0, "gpu_h20": 2.0}) is None
+
+
+def test_on_a_joined_cluster_a_shortfall_is_a_warning_that_flags_a_resource_no_node_has():
+    cfg = load_config(["pools=[{name:default,num_engines:1,resources:{gpu_h20:1}},"
+                       "{name:prefill,num_engines:4,resources:{gpu_h2O:1}}]"])
+    cluster = {**LAPTOP, "gpu_h20": 4.0}
+    msg = cluster_shortfall_warning(cfg, cluster)
+    assert msg.startswith("warning: the run asks for more than the cluster's nodes have now")
+    assert "gpu_h2O: 4 asked (pools[prefill] engines: 4 x 1), 0 in the cluster (no node has it: a typo?)" in msg
+    assert "gpu_h20" not in msg.replace("gpu_h2O", "")  # the pool that fits is not named
+    assert cluster_shortfall_warning(cfg, {**cluster, "gpu_h2O": 4.0}) is None
 
 
 def test_one_cuda_trainer_runs_in_the_driver_so_the_driver_needs_the_gpu():
