@@ -177,6 +177,27 @@ def _import_from_here() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([here, *paths])
 
 
+def _unrecognized(parser: argparse.ArgumentParser, argv: list[str], extras: list[str]) -> None:
+    """Exit naming the unknown arguments with the usage of the command they were given to
+    (argparse showed the top level's, `roll-agentic [-h] {train,...}`, for `sim compare --jbos`),
+    and the closest option it has."""
+    import difflib
+
+    leaf = parser
+    for token in argv:
+        subs = [a for a in leaf._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and token in subs[0].choices:
+            leaf = subs[0].choices[token]
+    message = f"unrecognized arguments: {' '.join(extras)}"
+    options = [o for a in leaf._actions for o in a.option_strings if o.startswith("--")]
+    for extra in extras:
+        close = difflib.get_close_matches(extra.split("=")[0], options, n=1, cutoff=0.6)
+        if extra.startswith("--") and close:
+            message += f" (did you mean {close[0]}?)"
+            break
+    leaf.error(message)
+
+
 def main(argv: list[str] | None = None) -> int:
     _import_from_here()
     argv = sys.argv[1:] if argv is None else argv
@@ -185,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     # imported bench (torch and Ray, ~10 s) just to list it. A typo or no command gets
     # them all, for the list of choices.
     parser = build_parser(only=command if command in (*OPTIONAL_COMMANDS, *CORE_COMMANDS) else None)
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        _unrecognized(parser, argv, extras)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:  # Ctrl-C in a command that has no handler of its own: no traceback

@@ -83,7 +83,14 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, hidden_size: int = 128,
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.save_pretrained(out, safe_serialization=True)
+    from transformers.utils import logging as hf_logging
+
+    # A one-shard model of a few MB: its "Writing model shards" bar was all `make setup` printed.
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(out, safe_serialization=True)
+    finally:
+        hf_logging.enable_progress_bar()
     tokenizer.save_pretrained(out)
     (out / "roll_agentic_tiny.json").write_text(json.dumps({"version": TINY_VERSION, "seed": seed}))
     return out

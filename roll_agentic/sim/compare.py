@@ -282,6 +282,7 @@ def optimality(
                 "rollmux_slo": rm.slo_attainment,
                 "optimal_slo": opt.slo_attainment,
                 "visited": sol.visited,
+                "search_complete": sol.complete,
             }
         )
     return {
