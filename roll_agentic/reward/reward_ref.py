@@ -73,7 +73,11 @@ def source_file(ref: str) -> Path:
         spec = None
     if spec is None or not spec.origin or not spec.has_location:
         if "." not in ref:
-            raise FileNotFoundError(f"reward {ref!r} is not a module in rewards/")
+            raise FileNotFoundError(f"reward {ref!r} is not a module in rewards/{_close_one(ref, 'rewards')}")
+        package, _, leaf = name.rpartition(".")
+        if _has_location(package):  # the package is there: only the module is missing
+            raise FileNotFoundError(f"reward {ref!r}: package {package} has no module {leaf}"
+                                    f"{_close_one(leaf, package)}")
         raise FileNotFoundError(
             f"reward {ref!r}: no module {name} is importable from the run's folder (run from the "
             "folder that holds its package, or add that folder to PYTHONPATH)")
@@ -82,3 +86,27 @@ def source_file(ref: str) -> Path:
         raise FileNotFoundError(
             f"reward {ref!r}: {path} is not a plain module file; a reward is deployed as one .py file")
     return path
+
+
+def _has_location(package: str) -> bool:
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and spec.submodule_search_locations is not None
+
+
+def _close_one(leaf: str, package: str) -> str:
+    """" (did you mean X?)" for the closest module name in `package`, or ""."""
+    import difflib
+    import pkgutil
+
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return ""
+    if spec is None or spec.submodule_search_locations is None:
+        return ""
+    names = [m.name for m in pkgutil.iter_modules(spec.submodule_search_locations)]
+    close = difflib.get_close_matches(leaf, names, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""

@@ -68,7 +68,7 @@ def test_a_name_that_cannot_be_a_module_is_refused_with_what_to_write(ref, says)
 
 
 def test_two_rewards_that_would_share_one_function_are_refused():
-    cfg = Config(tasks=[
+    cfg = Config(reward=RewardConfig(mode="serverless"), tasks=[
         TaskConfig(name="a", env_id="CliffWalking-v1", reward="frozenlake"),
         TaskConfig(name="b", env_id="CliffWalking-v1", reward="my_pkg.frozenlake"),
     ])
@@ -84,8 +84,13 @@ def test_a_user_module_passes_the_start_check_and_its_faults_are_named(user_pkg)
     assert task_problem([task], reward_mode="serverless") == ""
     task.reward = "my_pkg.missing"
     problem = task_problem([task])
-    assert problem.startswith("tasks[0] (cliff): reward 'my_pkg.missing': no module my_pkg.missing is "
-                              "importable from the run's folder"), problem
+    # the package is there: only the module is missing, said so (and the closest one named)
+    assert problem.startswith("tasks[0] (cliff): reward 'my_pkg.missing': package my_pkg has no module "
+                              "missing"), problem
+    task.reward = "my_pkg.scoreing"
+    assert "package my_pkg has no module scoreing (did you mean scoring?)" in task_problem([task])
+    task.reward = "frozenlak"  # a shipped reward, misspelt
+    assert "reward 'frozenlak' is not a module in rewards/ (did you mean frozenlake?)" in task_problem([task])
     task.reward = "not_a_pkg_here.scoring"
     assert "no module not_a_pkg_here.scoring is importable" in task_problem([task])
     task.reward = "my_pkg.broken"
@@ -132,5 +137,5 @@ def test_a_user_module_is_deployed_to_the_emulator_and_scored_there(user_pkg, tm
 
         outcome = asyncio.run(main())
         assert outcome.ok and outcome.value == 0.25, outcome
-        with pytest.raises(FileNotFoundError, match="no module my_pkg.nothing is importable"):
+        with pytest.raises(FileNotFoundError, match="package my_pkg has no module nothing"):
             svc.deploy_rewards(url, ["frozenlake", "my_pkg.nothing"], cfg)
