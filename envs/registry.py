@@ -32,6 +32,12 @@ def _load_entry_point(env_id: str) -> type:
     except ImportError as err:
         raise EnvSpecError(f"env_id {env_id!r}: cannot import module {module_name!r} ({err}); run from the "
                            "folder that holds it, or add that folder to PYTHONPATH") from err
+    except SyntaxError as err:  # said before as "constructing ... raised SyntaxError", as if __init__ were wrong
+        raise EnvSpecError(f"env_id {env_id!r}: module {module_name!r} does not parse: {err.msg} "
+                           f"({err.filename}, line {err.lineno})") from err
+    except Exception as err:  # noqa: BLE001 - its top-level code failed: named as such
+        raise EnvSpecError(f"env_id {env_id!r}: importing module {module_name!r} raised "
+                           f"{type(err).__name__}: {err}") from err
     cls = getattr(module, attr, None)
     if cls is None:
         raise EnvSpecError(f"env_id {env_id!r}: module {module_name!r} has no attribute {attr!r}")

@@ -136,7 +136,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     c = esub.add_parser("check", help="conformance check of an env: types, text round trip, determinism")
     c.add_argument("env_id", help="a registered gymnasium id or module:Class")
     c.add_argument("--kwargs", default="", help="env kwargs as a JSON object")
-    c.add_argument("--seed", type=int, default=0)
+    from roll_agentic.arg_types import at_least
+
+    c.add_argument("--seed", type=at_least(0), default=0, help="the first reset's seed (>= 0)")
     c.set_defaults(func=_cmd_env_check)
     n = esub.add_parser("new", help="write a working env and reward package to start a task from")
     n.add_argument("name", help="the package's name, e.g. my_task")
