@@ -1,7 +1,7 @@
 """`roll-agentic env new PACKAGE`: a working env and reward to start a task from.
 
 It writes a package of three files, a multi-turn text env, the reward that
-scores it and an `__init__.py`, that pass `roll-agentic env check` and
+scores it (`<name>_reward.py`) and an `__init__.py`, that pass `roll-agentic env check` and
 train as they are, and prints the two commands that do so. A user edits
 them into their task instead of assembling an env from the gymnasium
 docs, the summary keys from the README and the Lambda handler's shape.
@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import importlib.util
 import keyword
+import sys
 from pathlib import Path
 
 ENV_CLASS = "Env"
+# roll-agentic's own top-level packages (pyproject's packages.find): a package named like one
+# shadows it, and in a clone's root the name is already a folder the user must not remove.
+PROJECT_PACKAGES = ("roll_agentic", "envs", "rewards", "serverless")
 
 # Raw: the regex in it keeps its backslashes.
 ENV_SOURCE = r'''"""{name}: reach a target number by replying "up" or "down" (edit it into your task).
@@ -116,10 +120,31 @@ class ScaffoldError(ValueError):
     """A package name or folder `env new` cannot use; the message says why."""
 
 
-def check_name(name: str) -> None:
-    if not name.isidentifier() or keyword.iskeyword(name):
+def reward_module(name: str) -> str:
+    """The reward's file stem: named after the package, since a reward is deployed as the
+    function `<prefix><file stem>`, two scaffolded tasks with one `reward.py` each would clash."""
+    return f"{name}_reward"
+
+
+def check_reserved(name: str) -> None:
+    """Refuses what can never be a new package's name: not an identifier, a keyword, a
+    standard-library module or one of roll-agentic's own packages."""
+    if keyword.iskeyword(name):
+        raise ScaffoldError(f"{name!r} is a Python keyword, so no package can be named that "
+                            f"(`import {name}` is a syntax error): choose another name, e.g. my_{name}")
+    if not name.isidentifier():
         raise ScaffoldError(f"{name!r} cannot be a Python package name: use letters, digits and _ "
                             "(not starting with a digit), e.g. my_task")
+    if name in PROJECT_PACKAGES:
+        raise ScaffoldError(f"{name!r} is one of roll-agentic's own packages ({', '.join(PROJECT_PACKAGES)}): "
+                            "a package of yours with that name would shadow it; choose another name, e.g. my_task")
+    if name in sys.stdlib_module_names:
+        raise ScaffoldError(f"{name!r} is a module of Python's standard library: a package of yours with that "
+                            "name would shadow it; choose another name, e.g. my_task")
+
+
+def check_name(name: str) -> None:
+    check_reserved(name)
     try:
         taken = importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
@@ -130,19 +155,21 @@ def check_name(name: str) -> None:
 
 
 def scaffold(name: str, folder: Path) -> list[Path]:
-    """Writes `folder/name/{__init__,env,reward}.py`; refuses to overwrite anything."""
-    if not name.isidentifier():
-        check_name(name)  # says why, before the name is used as a path
+    """Writes `folder/name/{__init__,env,<name>_reward}.py`; refuses to overwrite anything."""
+    # First, before the name is used as a path: `env new envs` in a clone's root said "not
+    # overwriting envs/__init__.py: remove them", inviting the user to delete a shipped package.
+    check_reserved(name)
     pkg = Path(folder) / name
+    reward_file = f"{reward_module(name)}.py"
     files = {
-        pkg / "__init__.py": f'"""{name}: a roll-agentic task (env.py) and its reward (reward.py)."""\n',
+        pkg / "__init__.py": f'"""{name}: a roll-agentic task (env.py) and its reward ({reward_file})."""\n',
         pkg / "env.py": ENV_SOURCE.format(name=name, cls=ENV_CLASS),
-        pkg / "reward.py": REWARD_SOURCE.format(name=name),
+        pkg / reward_file: REWARD_SOURCE.format(name=name),
     }
     there = [str(p) for p in files if p.exists()]
     if there:
         raise ScaffoldError(f"not overwriting {', '.join(there)}: remove them or choose another name")
-    check_name(name)
+    check_name(name)  # after the existence check: a package written before is importable by now
     try:
         pkg.mkdir(parents=True, exist_ok=True)
         for path, text in files.items():
@@ -156,6 +183,6 @@ def next_steps(name: str) -> list[str]:
     """The commands that check and train the scaffolded task, run from the package's folder."""
     return [
         f"roll-agentic env check {name}.env:{ENV_CLASS}",
-        f"roll-agentic train 'tasks=[{{name:{name},env_id:{name}.env:{ENV_CLASS},reward:{name}.reward,"
+        f"roll-agentic train 'tasks=[{{name:{name},env_id:{name}.env:{ENV_CLASS},reward:{name}.{reward_module(name)},"
         f"max_turns:6,format_penalty:0.2}}]' trainer.total_steps=2",
     ]

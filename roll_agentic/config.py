@@ -382,8 +382,11 @@ def validate(cfg: Config) -> Config:
     _check(e, len(cfg.tasks) >= 1, "tasks", "a list of at least one task", cfg.tasks)
     pool_names = {p.name for p in effective_pools(cfg)}
     _check(e, "default" in pool_names, "pools", "a pool named 'default' (it serves every task without its own)", sorted(pool_names))
-    # Two different modules with one file stem would deploy to one Lambda function.
-    for first, second in stem_clashes([t.reward for t in cfg.tasks if not syntax_problem(t.reward)]):
+    # Two different modules with one file stem would deploy to one Lambda function; with
+    # reward.mode=local nothing is deployed, and each module is imported by its own name.
+    clashing = stem_clashes([t.reward for t in cfg.tasks if not syntax_problem(t.reward)]) \
+        if cfg.reward.mode == "serverless" else []
+    for first, second in clashing:
         e.append(f"tasks: rewards {first!r} and {second!r} would both be deployed as "
                  f"{cfg.reward.function_prefix}{function_stem(second)}; rename one module's file")
     seen: set[str] = set()

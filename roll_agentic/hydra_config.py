@@ -117,10 +117,13 @@ def _one_line(err: BaseException) -> str:
 
 def unknown_key_line(name: str, cls: type) -> str:
     """One line for a key schema class `cls` lacks: the closest one it has, and all of them."""
+    # As an override writes it (tasks.0.max_turn): OmegaConf's tasks[0].max_turn is a form the
+    # override parser refuses, so a user who copied it got a second error.
+    name = re.sub(r"\[(\d+)\]", r".\1", name)
     fields = [f.name for f in dataclasses.fields(cls)]
     close = difflib.get_close_matches(name.rsplit(".", 1)[-1], fields, n=1)
     # A key inside a list literal (tasks=[{...,max_turn:5}]) comes without its path.
-    where = f" in a {cls.__name__.removesuffix('Config').lower()} entry" if "." not in name and "[" not in name \
+    where = f" in a {cls.__name__.removesuffix('Config').lower()} entry" if "." not in name \
         and cls is not Config else ""
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return f"unknown config key '{name}'{where}{hint}; valid keys here: " + ", ".join(fields)

@@ -45,6 +45,22 @@ def _port(text: str) -> int:
     return port
 
 
+def _lambda_limit(low: int, high: int, unit: str):
+    """An integer within one of AWS Lambda's limits: the service refuses anything outside,
+    so the flag says so before anything is zipped or sent."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be {low} to {high} {unit} (AWS Lambda's limits), got {value}")
+        return value
+
+    return parse
+
+
 def _keys(args: argparse.Namespace) -> tuple[str | None, str | None]:
     if args.access_key and args.secret_key:
         return args.access_key, args.secret_key
@@ -263,8 +279,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                 "module named as a task's reward names it (code_exec, my_pkg.scoring)")
     p.add_argument("--name", default=None, help="function name (default: roll-agentic-<module>)")
     p.add_argument("--handler", default=None, help="handler as module.function (default: <module>.handler)")
-    p.add_argument("--memory", type=int, default=None, help="MemorySize in MB (default: LAMBDA_MEMORY_MB in the module, else 256)")
-    p.add_argument("--timeout", type=int, default=None, help="Timeout in s (default: LAMBDA_TIMEOUT_S in the module, else 30)")
+    p.add_argument("--memory", type=_lambda_limit(128, 10240, "MB"), default=None,
+                   help="MemorySize in MB, 128 to 10240 (default: LAMBDA_MEMORY_MB in the module, else 256)")
+    p.add_argument("--timeout", type=_lambda_limit(1, 900, "s"), default=None,
+                   help="Timeout in s, 1 to 900 (default: LAMBDA_TIMEOUT_S in the module, else 30)")
     p.set_defaults(func=cmd_deploy)
 
     p = sub.add_parser("list", help="deployed functions with their meters (invocations, cold starts, cost)")

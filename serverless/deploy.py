@@ -95,13 +95,26 @@ def zip_path(path: Path) -> bytes:
     return buf.getvalue()
 
 
+def parse_module(path: Path) -> ast.Module:
+    """The module's syntax tree; a syntax error is a ValueError naming the file and line.
+
+    What the CLI prints in one line: a SyntaxError from ast.parse carried no file name
+    ("<unknown>") and reached the user as a traceback.
+    """
+    try:
+        return ast.parse(path.read_bytes(), filename=str(path))
+    except SyntaxError as e:
+        where = f"{path}, line {e.lineno}" if e.lineno else str(path)
+        raise ValueError(f"{where}: {e.msg} (a syntax error: fix it before deploying)") from None
+
+
 def module_settings(path: Path) -> dict[str, int]:
     """LAMBDA_MEMORY_MB / LAMBDA_TIMEOUT_S constants declared at a module's top level."""
     path = Path(path)
     if not path.is_file():
         return {}
     out: dict[str, int] = {}
-    for node in ast.parse(path.read_text()).body:
+    for node in parse_module(path).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             key = node.targets[0].id
             if key in ("LAMBDA_MEMORY_MB", "LAMBDA_TIMEOUT_S") and isinstance(node.value, ast.Constant):
@@ -141,14 +154,38 @@ def spec_for(path: Path, name: str | None = None, prefix: str = "roll-agentic-",
         raise ValueError(f"{path.name} cannot be imported as a module (its handler would be {stem}.handler): "
                          f"rename it {fixed if fixed.isidentifier() else 'a Python identifier'}.py")
     settings = module_settings(path)
+    handler = handler or f"{stem}.handler"
+    zip_bytes = zip_path(path)
+    if path.is_dir():
+        _check_handler_module(path, handler, zip_bytes)
     return DeploySpec(
         name=name or f"{prefix}{stem}",
-        zip_bytes=zip_path(path),
-        handler=handler or f"{stem}.handler",
-        memory_mb=memory_mb or settings.get("LAMBDA_MEMORY_MB", 256),
-        timeout_s=timeout_s or settings.get("LAMBDA_TIMEOUT_S", 30),
+        zip_bytes=zip_bytes,
+        handler=handler,
+        # `is not None`: an explicit 0 goes to the service, which refuses it, instead of
+        # silently becoming the default.
+        memory_mb=memory_mb if memory_mb is not None else settings.get("LAMBDA_MEMORY_MB", 256),
+        timeout_s=timeout_s if timeout_s is not None else settings.get("LAMBDA_TIMEOUT_S", 30),
         missing_on_lambda=missing_on_lambda(path),
     )
+
+
+def _check_handler_module(folder: Path, handler: str, zip_bytes: bytes) -> None:
+    """Refuses a handler whose module the folder's zip does not hold: deployed anyway, the
+    function failed only at its first invoke (Runtime.ImportModuleError)."""
+    module, _, function = handler.rpartition(".")
+    if not module or not function:
+        raise ValueError(f"handler {handler!r} is not module.function: pass --handler module.function "
+                         f"naming a .py file in {folder}")
+    base = module.replace(".", "/")
+    with zipfile.ZipFile(io.BytesIO(zip_bytes)) as zf:
+        names = set(zf.namelist())
+    if f"{base}.py" in names or f"{base}/__init__.py" in names or any(
+            n.startswith(f"{base}.") and n.endswith(".so") for n in names):  # a compiled extension module
+        return
+    example = next((n.removesuffix(".py") for n in sorted(names) if "/" not in n and n.endswith(".py")), "app")
+    raise ValueError(f"{folder} has no {base}.py for handler {handler!r}: pass --handler module.function "
+                     f"naming a .py file in {folder} (e.g. --handler {example}.handler for {folder}/{example}.py)")
 
 
 def deploy(client: Any, spec: DeploySpec, wait_delay_s: float = 0.2, wait_attempts: int = 300) -> dict:

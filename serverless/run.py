@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -50,6 +51,14 @@ async def _stop_when_gone(pid: int, stop: asyncio.Event, every_s: float = 1.0) -
         await asyncio.sleep(every_s)
 
 
+def _bind_error(cfg: ServerConfig, err: OSError) -> str:
+    where = f"{cfg.host}:{cfg.port}"
+    if err.errno == errno.EADDRINUSE:
+        return (f"cannot listen on {where}: the port is taken (another emulator or program); pass --port 0 "
+                "for any free port, or stop the emulator there with `roll-agentic serverless stop`")
+    return f"cannot listen on {where}: {err.strerror or err}"
+
+
 async def serve(cfg: ServerConfig) -> None:
     if not cfg.allow_remote and not is_loopback(cfg.host):
         raise SystemExit(
@@ -61,7 +70,13 @@ async def serve(cfg: ServerConfig) -> None:
     runner = web.AppRunner(emulator.app(), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, cfg.host, cfg.port, reuse_address=True)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as e:
+        # A port in use (a second `start`, most often) is the user's to fix: one line, not a traceback.
+        await emulator.close()
+        await runner.cleanup()
+        raise SystemExit(_bind_error(cfg, e)) from None
     port = site._server.sockets[0].getsockname()[1]  # the real port when asked for 0
     host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
     endpoint = f"http://{host}:{port}"

@@ -33,6 +33,8 @@ def test_list_of_tasks_from_the_command_line_takes_defaults():
     # context), every env call failing, or a run directory outside output_dir
     ("engine.max_batch=0", "engine.max_batch: expected an integer >= 1"),
     ("tasks.0.max_new_tokens=2000", "tasks[0].max_new_tokens: expected at most half of engine.max_model_len"),
+    # the dotted form an override takes: the bracket form was refused when copied back
+    ("tasks.0.max_turn=3", "unknown config key 'tasks.0.max_turn' (did you mean 'max_turns'?)"),
     ("rollout.env_step_timeout_s=-5", "rollout.env_step_timeout_s: expected a number of seconds > 0"),
     ("run_name=../../x", "run_name: expected a plain directory name"),
     ("engine.gpu_memory_utilization=2", "engine.gpu_memory_utilization: expected a number in (0, 1]"),
@@ -59,3 +61,17 @@ def test_cli_exits_nonzero_without_a_traceback():
     assert "Traceback" not in proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines == [lines[0]] and lines[0].startswith("config error: unknown config key 'trainer.total_stepz'")
+
+
+TWO_REWARD_PY = ("tasks=[{name:a,env_id:CliffWalking-v1,reward:pkg_a.reward},"
+                 "{name:b,env_id:CliffWalking-v1,reward:pkg_b.reward}]")
+
+
+def test_rewards_sharing_a_file_name_are_refused_only_when_deployed():
+    """With reward=local nothing is deployed: two `reward.py` modules were refused all the same."""
+    with pytest.raises(ConfigError) as err:
+        load_config([TWO_REWARD_PY, "reward=serverless"])
+    assert str(err.value) == ("tasks: rewards 'pkg_a.reward' and 'pkg_b.reward' would both be deployed as "
+                              "roll-agentic-reward; rename one module's file")
+    cfg = load_config([TWO_REWARD_PY, "reward=local"])
+    assert [t.reward for t in cfg.tasks] == ["pkg_a.reward", "pkg_b.reward"]

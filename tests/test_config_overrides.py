@@ -87,7 +87,7 @@ def test_bad_router_classes_and_pool_names_are_refused_before_the_start(override
     # the run went on ignoring it (80 steps for +trainer.total_stepz=5)
     ("+trainer.total_stepz=5", "unknown config key 'trainer.total_stepz' (did you mean 'total_steps'?); valid keys here: total_steps, lr,"),
     ("++trainer.total_stepz=5", "unknown config key 'trainer.total_stepz' (did you mean 'total_steps'?); valid keys here: total_steps, lr,"),
-    ("+tasks.0.group_sise=4", "unknown config key 'tasks[0].group_sise' (did you mean 'group_size'?); valid keys here: name, env_id,"),
+    ("+tasks.0.group_sise=4", "unknown config key 'tasks.0.group_sise' (did you mean 'group_size'?); valid keys here: name, env_id,"),
     ("+seed=3", "unknown config key 'seed'; valid keys here: run_name, output_dir, tasks,"),
 ])
 def test_a_key_added_with_plus_must_still_be_a_key_of_the_schema(override, message):

@@ -21,10 +21,10 @@ def importable(tmp_path, monkeypatch):
 
 def test_the_package_checks_and_scores(importable):
     files = scaffold("my_first_task", importable)
-    assert sorted(f.name for f in files) == ["__init__.py", "env.py", "reward.py"]
+    assert sorted(f.name for f in files) == ["__init__.py", "env.py", "my_first_task_reward.py"]
     results = check_env(f"my_first_task.env:{ENV_CLASS}", {"size": 3})
     assert all(r.ok for r in results), [(r.name, r.detail) for r in results]
-    task = TaskConfig(name="t", env_id=f"my_first_task.env:{ENV_CLASS}", reward="my_first_task.reward",
+    task = TaskConfig(name="t", env_id=f"my_first_task.env:{ENV_CLASS}", reward="my_first_task.my_first_task_reward",
                       max_turns=6, format_penalty=0.2)
     assert task_problem([task], reward_mode="serverless") == ""
 
@@ -32,7 +32,7 @@ def test_the_package_checks_and_scores(importable):
 def test_the_env_plays_its_task_and_the_reward_credits_it(importable):
     scaffold("reach_task", importable)
     from reach_task.env import Env
-    from reach_task.reward import handler, reward
+    from reach_task.reach_task_reward import handler, reward
 
     env = Env(size=4)
     obs, info = env.reset(seed=3)
@@ -54,14 +54,41 @@ def test_the_env_plays_its_task_and_the_reward_credits_it(importable):
 @pytest.mark.parametrize("name, says", [
     ("9lives", "cannot be a Python package name"),
     ("my-task", "cannot be a Python package name"),
-    ("class", "cannot be a Python package name"),
-    ("json", "already an importable module here"),
-    ("envs", "already an importable module here"),
+    ("class", "'class' is a Python keyword"),
+    ("json", "'json' is a module of Python's standard library.*choose another name"),
+    ("envs", "'envs' is one of roll-agentic's own packages.*choose another name"),
+    ("pytest", "already an importable module here"),
 ])
 def test_a_name_that_cannot_be_a_package_is_refused(tmp_path, name, says):
     with pytest.raises(ScaffoldError, match=says):
         scaffold(name, tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["envs", "rewards", "serverless", "roll_agentic"])
+def test_a_shipped_package_is_never_offered_for_removal(tmp_path, name):
+    """In a clone's root `env new envs` said "not overwriting envs/__init__.py: remove them"."""
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "__init__.py").write_text("shipped")
+    with pytest.raises(ScaffoldError) as err:
+        scaffold(name, tmp_path)
+    assert "choose another name" in str(err.value) and "remove" not in str(err.value)
+    assert "not overwriting" not in str(err.value)
+    assert sorted(p.name for p in (tmp_path / name).iterdir()) == ["__init__.py"]
+
+
+def test_two_scaffolded_tasks_train_together(importable):
+    """Both wrote reward.py: the run refused them as one Lambda function (roll-agentic-reward)."""
+    from roll_agentic.hydra_config import load_config
+
+    rewards = {}
+    for name in ("task_one", "task_two"):
+        reward_file = next(f for f in scaffold(name, importable) if f.name not in ("__init__.py", "env.py"))
+        rewards[name] = f"{name}.{reward_file.stem}"
+    assert rewards == {"task_one": "task_one.task_one_reward", "task_two": "task_two.task_two_reward"}
+    tasks = ",".join(f"{{name:{n},env_id:{n}.env:{ENV_CLASS},reward:{r}}}" for n, r in rewards.items())
+    cfg = load_config([f"tasks=[{tasks}]", "reward=serverless"])
+    assert task_problem(cfg.tasks, reward_mode="serverless") == ""
 
 
 def test_nothing_is_overwritten(tmp_path):

@@ -1,0 +1,105 @@
+"""A newcomer's mistakes with `serverless deploy` and `start`: each is one line, before anything is sent."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from serverless import cli
+from serverless.deploy import module_settings, spec_for
+
+NOWHERE = "http://127.0.0.1:1"  # never reached: every mistake here is caught before a request
+
+
+def _deploy(capsys, *argv: str) -> tuple[int | str | None, str]:
+    """Runs `serverless deploy ...`; (the exit code or message, stderr)."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["deploy", *argv, "--endpoint-url", NOWHERE])
+    return exit_.value.code, capsys.readouterr().err
+
+
+@pytest.fixture
+def bad_module(tmp_path, monkeypatch):
+    (tmp_path / "badpkg").mkdir()
+    (tmp_path / "badpkg" / "__init__.py").write_text("")
+    (tmp_path / "badpkg" / "bad_reward.py").write_text("import json\n\ndef handler(:\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "badpkg" or m.startswith("badpkg.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "badpkg" / "bad_reward.py"
+
+
+@pytest.mark.parametrize("given", ["badpkg/bad_reward.py", "badpkg.bad_reward"])
+def test_a_module_with_a_syntax_error_is_one_line_naming_file_and_line(bad_module, capsys, given):
+    """It printed a 20-line traceback ending in `File "<unknown>", line 3 ... SyntaxError`."""
+    code, err = _deploy(capsys, given)
+    assert isinstance(code, str) and "\n" not in code and "Traceback" not in err
+    assert code.startswith("deploy: ") and "bad_reward.py, line 3" in code and "syntax error" in code
+
+
+def test_module_settings_names_the_file_of_a_syntax_error(bad_module):
+    with pytest.raises(ValueError, match=r"bad_reward\.py, line 3: .*syntax error"):
+        module_settings(bad_module)
+
+
+def test_an_explicit_setting_is_not_replaced_by_the_default(tmp_path):
+    """`x or default` made --timeout 0 deploy with 30 s: the service must see (and refuse) it."""
+    mod = tmp_path / "scorer.py"
+    mod.write_text("LAMBDA_MEMORY_MB = 640\nLAMBDA_TIMEOUT_S = 42\ndef handler(e, c):\n    return 1\n")
+    spec = spec_for(mod, memory_mb=0, timeout_s=0)
+    assert (spec.memory_mb, spec.timeout_s) == (0, 0)
+    assert (spec_for(mod).memory_mb, spec_for(mod).timeout_s) == (640, 42)
+
+
+@pytest.mark.parametrize("flag, value, says", [
+    ("--timeout", "0", "must be 1 to 900 s (AWS Lambda's limits), got 0"),
+    ("--timeout", "901", "must be 1 to 900 s"),
+    ("--memory", "0", "must be 128 to 10240 MB (AWS Lambda's limits), got 0"),
+    ("--memory", "-5", "must be 128 to 10240 MB"),
+    ("--memory", "10241", "must be 128 to 10240 MB"),
+    ("--timeout", "ten", "expected an integer, got 'ten'"),
+])
+def test_settings_outside_lambdas_limits_are_refused_by_the_flag(tmp_path, capsys, flag, value, says):
+    mod = tmp_path / "scorer.py"
+    mod.write_text("def handler(e, c):\n    return 1\n")
+    code, err = _deploy(capsys, str(mod), flag, value)
+    assert code == 2 and f"argument {flag}: {says}" in err and "Traceback" not in err
+
+
+def test_a_folder_without_its_handlers_module_is_refused(tmp_path, capsys):
+    """Deployed anyway, it failed only at invoke: Runtime.ImportModuleError: No module named 'app_dir'."""
+    folder = tmp_path / "app_dir"
+    (folder / "pkg").mkdir(parents=True)
+    (folder / "main.py").write_text("def handler(e, c):\n    return 1\n")
+    (folder / "pkg" / "__init__.py").write_text("")
+    (folder / "pkg" / "scoring.py").write_text("def handler(e, c):\n    return 1\n")
+    code, err = _deploy(capsys, str(folder))
+    assert isinstance(code, str) and "\n" not in code and "Traceback" not in err
+    assert f"{folder} has no app_dir.py for handler 'app_dir.handler'" in code
+    assert "--handler main.handler" in code  # an example from what the folder holds
+    with pytest.raises(ValueError, match="has no nope.py"):
+        spec_for(folder, handler="nope.handler")
+    with pytest.raises(ValueError, match="is not module.function"):
+        spec_for(folder, handler="handler")
+    assert spec_for(folder, handler="main.handler").handler == "main.handler"
+    assert spec_for(folder, handler="pkg.scoring.handler").handler == "pkg.scoring.handler"
+    assert spec_for(folder, handler="pkg.handler").handler == "pkg.handler"  # pkg/__init__.py
+
+
+def test_start_on_a_port_in_use_is_one_line(tmp_path):
+    """It printed an OSError traceback (errno 98)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        res = subprocess.run([sys.executable, "-m", "serverless.cli", "start", "--port", str(port),
+                              "--state-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}: the port is taken" in lines[0]
+    assert "--port 0" in lines[0] and "roll-agentic serverless stop" in lines[0]
+    assert not (tmp_path / "endpoint.json").exists()
