@@ -57,14 +57,21 @@ def demand(cfg: Config) -> dict[str, list[tuple[str, float]]]:
     return dict(asks)
 
 
-def shortfall_error(cfg: Config, available: dict[str, float]) -> str | None:
-    """A message naming each resource the run needs beyond `available`; None if it fits."""
+def _short_lines(cfg: Config, available: dict[str, float], where: str, flag_absent: bool) -> list[str]:
+    """A line per resource the run needs beyond `available`: who asks for how much, and what `where` has."""
     lines = []
     for res, asks in sorted(demand(cfg).items()):
         need = sum(n for _, n in asks)
         have = available.get(res, 0.0)
         if need > have + 1e-9:
-            lines.append(f"  {res}: {need:g} asked ({'; '.join(w for w, _ in asks)}), {have:g} on this machine")
+            none = " (no node has it: a typo?)" if flag_absent and res not in available else ""
+            lines.append(f"  {res}: {need:g} asked ({'; '.join(w for w, _ in asks)}), {have:g} {where}{none}")
+    return lines
+
+
+def shortfall_error(cfg: Config, available: dict[str, float]) -> str | None:
+    """A message naming each resource the run needs beyond `available`; None if it fits."""
+    lines = _short_lines(cfg, available, "on this machine", flag_absent=False)
     if not lines:
         return None
     return ("the run needs resources this machine's Ray does not have, so its actors would wait for ever:\n"
@@ -74,13 +81,7 @@ def shortfall_error(cfg: Config, available: dict[str, float]) -> str | None:
 
 def cluster_shortfall_warning(cfg: Config, available: dict[str, float]) -> str | None:
     """On a joined cluster: what the run asks for beyond its nodes now, as a warning; None if it fits."""
-    lines = []
-    for res, asks in sorted(demand(cfg).items()):
-        need = sum(n for _, n in asks)
-        have = available.get(res, 0.0)
-        if need > have + 1e-9:
-            none = " (no node has it: a typo?)" if res not in available else ""
-            lines.append(f"  {res}: {need:g} asked ({'; '.join(w for w, _ in asks)}), {have:g} in the cluster{none}")
+    lines = _short_lines(cfg, available, "in the cluster", flag_absent=True)
     if not lines:
         return None
     return ("warning: the run asks for more than the cluster's nodes have now; its actors wait until nodes "

@@ -58,6 +58,15 @@ def _setup(model_path, alpha, delay, group_size=2, env="SlowCounter", prepare_ah
     return engine, buffer, worker
 
 
+def engine_weights_file(engine, path):
+    """The engine's own weights as a file it can load again: a new version, the same weights."""
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in engine.engine.model.state_dict().items()
+               if k != "lm_head.weight"}, str(path))
+    return str(path)
+
+
 def test_three_turn_episode_records_exactly_the_generated_tokens(tiny_model_path):
     async def main():
         engine, buffer, worker = _setup(tiny_model_path, alpha=1, delay=0.0)
@@ -82,16 +91,12 @@ def test_three_turn_episode_records_exactly_the_generated_tokens(tiny_model_path
 
 
 def test_trajectory_beyond_the_staleness_bound_is_aborted_and_restarted(tiny_model_path, tmp_path):
-    from safetensors.torch import save_file
-
     async def main():
         engine, buffer, worker = _setup(tiny_model_path, alpha=0, delay=0.3)
-        weights = tmp_path / "w.safetensors"
-        save_file({k: v.contiguous() for k, v in engine.engine.model.state_dict().items()
-                   if k != "lm_head.weight"}, str(weights))
+        weights = engine_weights_file(engine, tmp_path / "w.safetensors")
         run = asyncio.ensure_future(worker.run())
         await asyncio.sleep(0.5)  # episodes are mid-way, on version 0
-        await engine.load_weights(1, str(weights))
+        await engine.load_weights(1, weights)
         await buffer.advance(1)
         [group] = await asyncio.wait_for(buffer.get_batch(1, version=1), 60)
         await buffer.stop()

@@ -5,10 +5,9 @@ import sys
 import threading
 
 import numpy as np
-from safetensors.torch import save_file
 
 from roll_agentic.rollout.trajectory import Ticket
-from tests.rollout.test_worker import SlowCounter, _setup
+from tests.rollout.test_worker import SlowCounter, _setup, engine_weights_file
 
 
 class ExitingEnv(SlowCounter):
@@ -48,15 +47,13 @@ def test_a_first_prompt_that_leaves_no_room_to_reply_fails_the_episode_with_the_
 def test_an_episode_stale_on_every_attempt_is_labelled_stale_not_an_engine_failure(tiny_model_path, tmp_path):
     async def main():
         engine, buffer, worker = _setup(tiny_model_path, alpha=0, delay=0.15)
-        weights = tmp_path / "w.safetensors"
-        save_file({k: v.contiguous() for k, v in engine.engine.model.state_dict().items()
-                   if k != "lm_head.weight"}, str(weights))
+        weights = engine_weights_file(engine, tmp_path / "w.safetensors")
         run = asyncio.ensure_future(worker.run())
         version = 0
         while not buffer.counters.groups_dropped_failed and version < 200:  # a new version every 0.1 s:
             await asyncio.sleep(0.1)  # no three-turn episode (0.45 s of env steps) stays on one version
             version += 1
-            await engine.load_weights(version, str(weights))
+            await engine.load_weights(version, weights)
         await buffer.stop()
         await worker.stop()
         await asyncio.wait_for(run, 30)

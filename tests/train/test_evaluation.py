@@ -6,7 +6,7 @@ import pytest
 
 from roll_agentic.config import EvalConfig
 from roll_agentic.train.evaluation import eval_seeds, evaluation_due, split_seeds, summarize
-from tests.rollout.test_worker import _setup
+from tests.rollout.test_worker import _setup, engine_weights_file
 
 
 def test_due_every_n_steps_and_after_the_last():
@@ -35,17 +35,13 @@ def test_failed_episodes_are_counted_not_scored_zero():
 
 
 def test_greedy_eval_episodes_repeat_exactly_and_never_reach_the_buffer(tiny_model_path, tmp_path):
-    from safetensors.torch import save_file
-
     async def main():
         engine, buffer, worker = _setup(tiny_model_path, alpha=0, delay=0.3)
-        weights = tmp_path / "w.safetensors"
-        save_file({k: v.contiguous() for k, v in engine.engine.model.state_dict().items()
-                   if k != "lm_head.weight"}, str(weights))
+        weights = engine_weights_file(engine, tmp_path / "w.safetensors")
         first = await worker.evaluate("count", [7, 8], 0.0)
         playing = asyncio.ensure_future(worker.evaluate("count", [7, 8], 0.0))
         await asyncio.sleep(0.4)  # mid-episode: a new version (the same weights) is loaded
-        await engine.load_weights(1, str(weights))
+        await engine.load_weights(1, weights)
         again = await asyncio.wait_for(playing, 60)
         for a, b in zip(first, again, strict=True):
             assert a["status"] == b["status"] == "ok" and a["reward"] == b["reward"] == 1.0
