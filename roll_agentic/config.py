@@ -277,7 +277,7 @@ def _non_finite(node: Any, key: str) -> list[tuple[str, float]]:
                 out += _non_finite(getattr(node, f.name), f"{key}.{f.name}" if key else f.name)
     elif isinstance(node, list):
         for i, v in enumerate(node):
-            out += _non_finite(v, f"{key}[{i}]")
+            out += _non_finite(v, f"{key}.{i}")
     elif isinstance(node, dict):
         for k, v in node.items():
             out += _non_finite(v, f"{key}.{k}")
@@ -391,7 +391,7 @@ def validate(cfg: Config) -> Config:
                  f"{cfg.reward.function_prefix}{function_stem(second)}; rename one module's file")
     seen: set[str] = set()
     for i, t in enumerate(cfg.tasks):
-        k = f"tasks[{i}]"
+        k = f"tasks.{i}"  # as an override names it (tasks.0.max_turns=4)
         _check(e, bool(t.name) and t.name not in seen, f"{k}.name", "a unique non-empty name", t.name)
         seen.add(t.name)
         _check(e, bool(t.env_id), f"{k}.env_id", "a gymnasium id or module:Class", t.env_id)
@@ -423,10 +423,10 @@ def validate(cfg: Config) -> Config:
     pools_seen: set[str] = set()
     for i, p in enumerate(cfg.pools):
         # Two pools of one name were merged into one by the router, whatever their hardware.
-        _check(e, p.name not in pools_seen, f"pools[{i}].name", "a name no other pool has", p.name)
+        _check(e, p.name not in pools_seen, f"pools.{i}.name", "a name no other pool has", p.name)
         pools_seen.add(p.name)
-        _check(e, p.num_engines >= 1, f"pools[{i}].num_engines", "an integer >= 1", p.num_engines)
-        _check(e, p.price_per_hour >= 0, f"pools[{i}].price_per_hour", "a number >= 0", p.price_per_hour)
+        _check(e, p.num_engines >= 1, f"pools.{i}.num_engines", "an integer >= 1", p.num_engines)
+        _check(e, p.price_per_hour >= 0, f"pools.{i}.price_per_hour", "a number >= 0", p.price_per_hour)
     # The router's cost model refuses these when it is built: inside its actor, after the
     # engines had started, and every episode then failed on its dead router.
     for name, h in cfg.router.hardware.items():

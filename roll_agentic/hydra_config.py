@@ -84,7 +84,7 @@ def _one_line(err: BaseException) -> str:
         # `tasks.2.group_size=4` on a two-task list: Hydra said "Invalid type assigned: dict
         # is not a subclass of TaskConfig. value: {}" or "Error merging override".
         name, index = entry.groups()
-        return (f"config key '{name}[{index}]': {name} has no entry {index} (entries are numbered from 0); "
+        return (f"config key '{name}.{index}': {name} has no entry {index} (entries are numbered from 0); "
                 f"to add one, give the whole list, e.g. {name}=[{{...}},{{...}}]")
     group = re.search(r"str is not a subclass of (\w+)\. value: (\S+)", str(cause or err))
     if group:

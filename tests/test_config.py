@@ -32,7 +32,7 @@ def test_list_of_tasks_from_the_command_line_takes_defaults():
     # accepted before, then a hang (max_batch=0), a torch error (a turn's budget filling the
     # context), every env call failing, or a run directory outside output_dir
     ("engine.max_batch=0", "engine.max_batch: expected an integer >= 1"),
-    ("tasks.0.max_new_tokens=2000", "tasks[0].max_new_tokens: expected at most half of engine.max_model_len"),
+    ("tasks.0.max_new_tokens=2000", "tasks.0.max_new_tokens: expected at most half of engine.max_model_len"),
     # the dotted form an override takes: the bracket form was refused when copied back
     ("tasks.0.max_turn=3", "unknown config key 'tasks.0.max_turn' (did you mean 'max_turns'?)"),
     ("rollout.env_step_timeout_s=-5", "rollout.env_step_timeout_s: expected a number of seconds > 0"),

@@ -14,19 +14,19 @@ CLIFF = "tasks=[{name:cliff,env_id:CliffWalking-v1%s}]"
     (["trainer.lr=inf"], "trainer.lr: expected a finite number, got inf"),
     (["reward.timeout_s=inf"], "reward.timeout_s: expected a finite number, got inf"),
     (["engine.temperature=inf"], "engine.temperature: expected a finite number, got inf"),
-    ([CLIFF % ",weight:inf"], "tasks[0].weight: expected a finite number, got inf"),
+    ([CLIFF % ",weight:inf"], "tasks.0.weight: expected a finite number, got inf"),
     # a template the worker cannot fill failed every episode (KeyError, IndexError, ValueError)
-    ([CLIFF % ",prompt_template:'Grid: {obs}'"], "tasks[0].prompt_template: expected text with {observation}"),
-    ([CLIFF % ",prompt_template:'Grid: {observation'"], "tasks[0].prompt_template: expected text with"),
-    ([CLIFF % ",prompt_template:'Grid: {0}'"], "tasks[0].prompt_template: expected text with"),
+    ([CLIFF % ",prompt_template:'Grid: {obs}'"], "tasks.0.prompt_template: expected text with {observation}"),
+    ([CLIFF % ",prompt_template:'Grid: {observation'"], "tasks.0.prompt_template: expected text with"),
+    ([CLIFF % ",prompt_template:'Grid: {0}'"], "tasks.0.prompt_template: expected text with"),
     # ... and one without {observation} hid the env's state from the policy
-    ([CLIFF % ",prompt_template:'Walk to the goal.'"], "tasks[0].prompt_template: expected text with"),
+    ([CLIFF % ",prompt_template:'Walk to the goal.'"], "tasks.0.prompt_template: expected text with"),
     # hydra's grammar error and "Error merging override" said neither what nor how
     (["tasks[0].group_size=4"], "a list entry is key.N (tasks.0.group_size=4)"),
     (["tasks={name:cliff,env_id:CliffWalking-v1}"], "a list [...] where a mapping {...} belongs, or the reverse"),
     ([CLIFF % ",env_kwargs:[5]"], "env_kwargs a mapping, e.g. env_kwargs:{size:5}"),
     # the shaped rewards take format_penalty as a share: it stays in [0, 1] for them
-    (["tasks.0.format_penalty=2"], "tasks[0].format_penalty: expected a number in [0, 1]"),
+    (["tasks.0.format_penalty=2"], "tasks.0.format_penalty: expected a number in [0, 1]"),
 ])
 def test_bad_overrides_end_in_one_line_naming_the_key(overrides, message):
     with pytest.raises(ConfigError) as err:
@@ -74,7 +74,7 @@ def test_the_free_form_mappings_take_the_users_own_keys():
     (["router.hardware={H20:{price_per_hour:-1}}"], "router.hardware.H20.price_per_hour: expected a number >= 0"),
     # two pools of one name were silently merged into one by the router
     (["pools=[{name:default,hardware:H20},{name:default,hardware:H800}]"],
-     "pools[1].name: expected a name no other pool has, got 'default'"),
+     "pools.1.name: expected a name no other pool has, got 'default'"),
 ])
 def test_bad_router_classes_and_pool_names_are_refused_before_the_start(overrides, message):
     with pytest.raises(ConfigError) as err:
@@ -109,7 +109,7 @@ def test_a_list_entry_that_does_not_exist_is_named_as_such(override):
     # "Error merging override ...": neither said the default list has two tasks
     with pytest.raises(ConfigError) as err:
         load_config([override])
-    assert str(err.value) == ("config key 'tasks[2]': tasks has no entry 2 (entries are numbered from 0); to add "
+    assert str(err.value) == ("config key 'tasks.2': tasks has no entry 2 (entries are numbered from 0); to add "
                               "one, give the whole list, e.g. tasks=[{...},{...}]")
 
 
