@@ -192,7 +192,7 @@ def test_a_dead_buffer_in_a_train_phase_is_not_taken_for_a_dead_trainer(tmp_path
         cfg.trainer.save_every, cfg.output_dir, cfg.run_name = 1, str(tmp_path), "j"
         runner = JobRunner(cfg, JobRecord("j", 2.0, 10), _board(), {}, {"t": Slot()}, 5.0, on_trainer_lost=on_lost)
         runner.buffer, runner._groups = DeadBuffer(), []
-        monkeypatch.setattr(job_runner, "samples_from_groups", lambda groups, eps: [])
+        monkeypatch.setattr(job_runner, "samples_from_groups", lambda groups, eps, estimator="grpo": [])
         with pytest.raises(JobFailed) as err:
             await runner.train("t")
         return str(err.value)
@@ -236,7 +236,7 @@ def _train_runner(tmp_path, monkeypatch, slots: dict, board: PhaseBoard, on_lost
 
     cfg = Config()
     cfg.trainer.save_every, cfg.trainer.total_steps, cfg.output_dir, cfg.run_name = 100, 10, str(tmp_path), name
-    monkeypatch.setattr(job_runner, "samples_from_groups", lambda groups, eps: [])
+    monkeypatch.setattr(job_runner, "samples_from_groups", lambda groups, eps, estimator="grpo": [])
     runner = JobRunner(cfg, JobRecord(name, 2.0, 10), board, {}, slots, 5.0, on_trainer_lost=on_lost,
                        max_rollbacks=2)
     runner._groups = []
