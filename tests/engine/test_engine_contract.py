@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,9 +240,13 @@ def test_abort_returns_every_token_made_so_far(h: Harness) -> None:
     # vLLM sends a request's output only after its first token and at its end
     # (FIRST_AND_LAST_ONLY): the abort's final output must carry the rest.
     async def scenario() -> GenerationResult:
+        t0 = time.perf_counter()
         await h.engine.generate(PROMPT, SamplingParams(max_tokens=2), "so-far-warm")  # a fresh engine's first step is slow
+        two_tokens_s = time.perf_counter() - t0
         task = asyncio.create_task(h.engine.generate(PROMPT, SamplingParams(max_tokens=900), "so-far"))
-        await asyncio.sleep(0.5)  # tens of tokens on any engine here; one would mean only the first came back
+        # Tens of tokens, whatever the engine's speed: a fixed 0.5 s let the plain engine on an
+        # idle machine make all 900 first. One token back would mean only the first came back.
+        await asyncio.sleep(min(0.5, max(0.02, 10 * two_tokens_s)))
         await h.engine.abort("so-far")
         return await task
 
