@@ -37,6 +37,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"config error: {err}", file=sys.stderr)
         return 2
     from roll_agentic.train.job import train
+    from roll_agentic.train.termination import EXIT_CODE as TERMINATED_EXIT_CODE
 
     try:
         result = train(cfg)
@@ -46,6 +47,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # during start-up: once training runs, Ctrl-C saves a checkpoint first
         print("interrupted while starting: no step was taken, so nothing new to save", file=sys.stderr)
         return 130
+    if result.get("terminated"):
+        return TERMINATED_EXIT_CODE  # 143, as if SIGTERM's default had ended it: schedulers read it so
     return 130 if result.get("interrupted") else 0  # a script can tell a stopped run from a finished one
 
 

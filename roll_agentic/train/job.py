@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import math
 import os
+import signal
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -45,6 +46,7 @@ from roll_agentic.train.resume_record import (
 from roll_agentic.train.rollout_wait import EVERY_S, RolloutWaitReporter
 from roll_agentic.train.step_guard import StepGuard
 from roll_agentic.train.step_metrics import rollout_metrics
+from roll_agentic.train.termination import SigtermAsInterrupt
 from roll_agentic.train.trainer import PolicyTrainer, samples_from_groups
 from roll_agentic.train.weight_sync import WeightPublisher
 
@@ -428,6 +430,8 @@ class TrainingJob:
         log.truncate_after(self.version)
         tasks = [t.name for t in cfg.tasks]
         interrupted = False
+        # After start(): ray.init put in a SIGTERM handler that exits wherever the run is.
+        term = SigtermAsInterrupt().install()
         try:
             with ProgressDisplay(cfg.trainer.total_steps, tasks, cfg.telemetry.progress) as progress:
                 while self.version < cfg.trainer.total_steps:
@@ -447,7 +451,8 @@ class TrainingJob:
                 print(f"\nstopped in the middle of step {self.version + 1}: nothing saved, the last "
                       "checkpoint stands", flush=True)
             else:
-                print("\ninterrupted: saving a checkpoint before stopping ...", flush=True)
+                cause = "terminated (SIGTERM)" if self._terminated(term) else "interrupted"
+                print(f"\n{cause}: saving a checkpoint before stopping ...", flush=True)
                 # Not torn: no step is half done. One whose update had not begun took groups
                 # (a streamed round's so far, or its batch) that trained nothing: saved as not
                 # taken, or a resume never ran their prompts (a whole step's advance emptied the
@@ -455,6 +460,7 @@ class TrainingJob:
                 with contextlib.suppress(Exception):
                     print(f"checkpoint: {self.checkpoint(untrained=True)}", flush=True)
         finally:
+            term.restore()
             self.guard.abandon()
             rows = log.read()
             log.close()
@@ -463,7 +469,12 @@ class TrainingJob:
                 pool_busy(rows, [p.name for p in effective_pools(cfg)], self.run_dir / "pools.png")
             self.close()
         print(f"run dir: {self.run_dir}", flush=True)
-        return {"run_dir": str(self.run_dir), "steps": self.version, "interrupted": interrupted, "metrics": rows}
+        return {"run_dir": str(self.run_dir), "steps": self.version, "interrupted": interrupted,
+                "terminated": interrupted and self._terminated(term), "metrics": rows}
+
+    def _terminated(self, term: SigtermAsInterrupt) -> bool:
+        """Was it a SIGTERM that stopped the run (taken between steps, or held by a step)?"""
+        return term.received or signal.SIGTERM in self.guard.received
 
     def close(self, graceful: bool = True) -> None:
         """Stops everything the run started. Not `graceful` (start-up failed or was

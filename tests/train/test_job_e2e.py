@@ -6,6 +6,7 @@ import pytest
 
 from roll_agentic.hydra_config import load_config
 from roll_agentic.train.job import TrainingJob
+from roll_agentic.train.termination import SigtermAsInterrupt
 
 pytestmark = pytest.mark.slow
 
@@ -95,6 +96,27 @@ def test_ctrl_c_during_an_update_finishes_the_step_logs_it_and_saves_it(tmp_path
     assert result["interrupted"] and result["steps"] == 2
     assert [r["step"] for r in rows] == [1, 2]
     assert (tmp_path / "e2e" / "checkpoints" / "latest").read_text() == "step_000002"
+
+
+def test_sigterm_between_updates_saves_a_checkpoint_and_stops(tmp_path, tiny_model_path, monkeypatch):
+    """A scheduler's SIGTERM (preemption, a time limit) met Ray's handler, which exits at once:
+    the steps since the last checkpoint were lost and the actors' tracebacks filled the log."""
+    import os
+    import signal
+
+    real_rollout_phase = TrainingJob.rollout_phase
+
+    def terminated_rollout_phase(self):
+        if self.version == 1:  # during step 2's rollout, outside any update
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_rollout_phase(self)
+
+    monkeypatch.setattr(TrainingJob, "rollout_phase", terminated_rollout_phase)
+    result = TrainingJob(_cfg(tmp_path, "trainer.total_steps=4")).run()  # save_every=2: step 1 saved by the stop
+    assert result["interrupted"] and result["terminated"] and result["steps"] == 1
+    assert (tmp_path / "e2e" / "checkpoints" / "latest").read_text() == "step_000001"
+    handler = signal.getsignal(signal.SIGTERM)  # Ray's (or the default) is back
+    assert not isinstance(getattr(handler, "__self__", None), SigtermAsInterrupt)
 
 
 def test_a_rollout_worker_that_dies_stops_the_run_with_its_name_instead_of_a_silent_wait(tmp_path, tiny_model_path):

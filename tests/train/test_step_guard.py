@@ -80,3 +80,18 @@ def test_a_process_that_ignores_ctrl_c_keeps_ignoring_it_during_a_step():
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_a_sigterm_during_a_step_is_held_like_ctrl_c_and_noted():
+    """A job scheduler's SIGTERM mid-update left a checkpoint-less stop (Ray's handler exits at once)."""
+    before = signal.signal(signal.SIGTERM, lambda *_: pytest.fail("SIGTERM not held during the step"))
+    try:
+        guard = StepGuard()
+        guard.begin()
+        os.kill(os.getpid(), signal.SIGTERM)
+        with pytest.raises(KeyboardInterrupt):
+            guard.end()
+        assert not guard.torn and guard.received == {signal.SIGTERM}
+        assert signal.getsignal(signal.SIGTERM) is not guard._hold  # the handler before the step is back
+    finally:
+        signal.signal(signal.SIGTERM, before)
