@@ -16,6 +16,8 @@ between the `advance` that opens its step -- issued after its weights are
 loaded, under its rollout permit -- and the batch that closes it; the
 engines are drained before the permit is released, and every turn of every
 batch is checked to carry the job's own weight version.
+
+Evaluation (`eval.every`) runs on the same terms: `mux/job_evaluation.py`.
 """
 
 from __future__ import annotations
@@ -31,14 +33,16 @@ import ray
 
 from roll_agentic.config import Config, effective_pools
 from roll_agentic.engine.router import Router, router_kwargs
-from roll_agentic.mux import rollback_mark
 from roll_agentic.mux.actor_calls import on_current_slot, pin_actors
+from roll_agentic.mux.job_evaluation import HeldEvaluation
+from roll_agentic.mux.job_rollback import TrainerLossRecovery
 from roll_agentic.mux.job_state import JobRecord
 from roll_agentic.mux.phase_board import PhaseBoard
 from roll_agentic.mux.phase_waits import JobFailed, await_batch, drain
 from roll_agentic.mux.profile import PhaseKind
 from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
-from roll_agentic.train.checkpoint import latest_checkpoint, load_run_state
+from roll_agentic.train.checkpoint import latest_checkpoint
+from roll_agentic.train.evaluation import evaluation_due
 from roll_agentic.train.step_metrics import rollout_metrics
 from roll_agentic.train.trainer import samples_from_groups
 from roll_agentic.train.weight_sync import shared_memory_dir
@@ -51,7 +55,7 @@ async def _engine_stats(engines: list) -> list[dict]:
     return list(await asyncio.gather(*(e.stats.remote() for e in engines)))
 
 
-class JobRunner:
+class JobRunner(HeldEvaluation, TrainerLossRecovery):
     def __init__(self, cfg: Config, record: JobRecord, board: PhaseBoard, engines: dict[str, list],
                  slots: dict[str, object], phase_timeout_s: float, rollout_cpus: Sequence[int] = (),
                  on_trainer_lost: Callable[[str, str, str], Awaitable[None]] | None = None,
@@ -82,6 +86,7 @@ class JobRunner:
         self._phase: dict[str, float] = {}  # this step's phase timings
         self._groups: list = []
         self._log = None
+        self._held_row: tuple[int, dict[str, float]] | None = None
         self._probing = False  # the probe holds both pools itself: its phases take no permits
         self._closed = False
 
@@ -201,11 +206,8 @@ class JobRunner:
             try:
                 await drain(engines)
                 before = await _engine_stats(engines)
-                versions = await asyncio.gather(*(e.load_weights.remote(self.version, self._weights_path(self.version))
-                                                  for e in engines))
+                await self._load_weights(engines)
                 load_s = time.perf_counter() - t0
-                if any(v != self.version for v in versions):
-                    raise JobFailed(f"engines serve versions {versions}, expected {self.version}")
                 if nodes != self.worker_engines:
                     await self._move_workers(nodes)
                 elif not self.worker_runs:  # the first step's tickets are open from the start
@@ -215,6 +217,9 @@ class JobRunner:
                 groups = await await_batch(  # fails the job if a worker stops or the phase overruns
                     self.buffer.get_batch.remote(self.cfg.algo.groups_per_step, self.version),
                     self.worker_runs, self.phase_timeout_s)
+                # The previous step's evaluation, on its weights (loaded above), while the job
+                # still holds the node; after the batch, so the step's episodes are not slowed.
+                eval_s = await self._evaluate_held_row() if self._held_row is not None else 0.0
                 await drain(engines)
                 after = await _engine_stats(engines)
             except BaseException:
@@ -229,9 +234,17 @@ class JobRunner:
         if self.version:
             Path(self._weights_path(self.version)).unlink(missing_ok=True)  # the engines hold it now
         self._groups = groups
+        # rollout_s is the whole phase as held, an evaluation in it included.
         self._phase = {"step_t0": step_t0, "rollout_wait_s": wait_s, "rollout_s": time.perf_counter() - t0,
-                       "load_s": load_s}
+                       "load_s": load_s, "eval_s": eval_s}
         self._stats = (before, after)
+
+    async def _load_weights(self, engines: list) -> None:
+        """The job's weights of `self.version` into the (drained) engines, under its rollout permit."""
+        versions = await asyncio.gather(*(e.load_weights.remote(self.version, self._weights_path(self.version))
+                                          for e in engines))
+        if any(v != self.version for v in versions):
+            raise JobFailed(f"engines serve versions {versions}, expected {self.version}")
 
     async def train(self, node: str, probe: bool = False, park: bool = False) -> dict:
         """One optimizer step under the trainer permit; returns the switch record."""
@@ -299,95 +312,6 @@ class JobRunner:
         self._train_m = train_m
         return record
 
-    async def _trainer_lost(self, node: str, why: str) -> None:
-        """The node gets a new trainer (`on_trainer_lost`), this job holding it meanwhile.
-
-        Shielded: this job cancelled meanwhile must not leave the node half restarted;
-        and it keeps the node until the restart is done, or the next job's phase would
-        reach the new trainer before that job is registered there or marked to roll back.
-        """
-        restart = asyncio.ensure_future(self.on_trainer_lost(node, self.name, why))
-        try:
-            await asyncio.shield(restart)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(restart)
-            raise
-
-    @property
-    def rollbacks(self) -> int:
-        return len(self.record.rollbacks)
-
-    @property
-    def rollback_reason(self) -> str:
-        """Set (to why) by the multiplexer when the job's newest state died with a trainer
-        process: its next train phase goes back to its last checkpoint (`_roll_back`)."""
-        return self._rollback_reason
-
-    @rollback_reason.setter
-    def rollback_reason(self, why: str) -> None:
-        # Mirrored on the record, which `mux status` shows: set, the mark; "", the mark dropped.
-        self._rollback_reason = why
-        if why:
-            rollback_mark.mark(self.record, self.run_dir, why)
-        else:
-            rollback_mark.unmark(self.record)
-
-    async def _roll_back(self, node: str) -> dict:
-        """The job's newest state died with a trainer process: back to its last checkpoint.
-
-        Runs under the train permit, in place of a step. The batch in hand was
-        sampled with weights newer than that checkpoint, so it goes; the trainer
-        loads the checkpoint (cold) and writes its weights for the engines; the
-        buffer starts again from the checkpoint's state, so the steps since are
-        taken again from the same prompts and the run goes on as a resumed solo
-        run would. Before, the job failed and its completed steps were lost with it.
-        """
-        # Taken past the setter: the record shows the mark until the roll-back has ended.
-        why, self._rollback_reason = self._rollback_reason, ""
-        self.record.phase = "rolling back"
-        was = self.version
-        waiting_on = "trainer"  # or "buffer", as in a train phase
-        try:
-            async with asyncio.timeout(self.phase_timeout_s):
-                ckpt = latest_checkpoint(self.run_dir / "checkpoints")
-                to = rollback_mark.checkpoint_step(ckpt)
-                run_state = load_run_state(ckpt) if ckpt is not None else None
-                slot = self.slots[node]
-                await slot.drop_state.remote(self.name)  # no copy newer than the checkpoint is kept
-                switch = await slot.switch_in.remote(self.name)  # cold from the checkpoint (fresh if none)
-                self.state_node = node
-                if to:
-                    await slot.write_weights.remote(self.name, self._weights_path(to))
-                waiting_on = "buffer"
-                # The next rollout builds the workers again over the new buffer.
-                await self._restart_buffer(run_state["buffer"] if run_state is not None else None)
-                await pin_actors([self.buffer], self.rollout_cpus)
-        except (TimeoutError, ray.exceptions.RayActorError) as err:
-            if waiting_on == "trainer" and self.on_trainer_lost is not None:
-                # The new trainer is wedged or dead too: the node gets another one (and the
-                # jobs that trained on this one since roll back), as after a train phase.
-                await self._trainer_lost(node, f"rolling back on {node}: its trainer did not answer "
-                                               f"({type(err).__name__})")
-                self.rollback_reason = ""  # this job fails: it found the trainer lost in its roll-back
-            rollback_mark.unmark(self.record)
-            raise JobFailed(f"rolling back to its last checkpoint failed ({type(err).__name__}) after: {why} "
-                            "(its checkpoints stay in its run directory)") from None
-        for p in self.weights_dir.glob("weights_v*.safetensors"):  # files of the steps rolled back
-            with contextlib.suppress(ValueError, OSError):
-                if int(p.name.removeprefix("weights_v").split(".")[0]) > to:
-                    p.unlink()
-        self.version = self.record.step = to
-        del self.record.step_ends[to:]
-        self._groups, self._rolled_back = [], True
-        if self._log is not None:
-            await asyncio.to_thread(self._log.truncate_after, to)
-        self.record.rollbacks.append(f"step {was} -> {to}: {why}")
-        rollback_mark.unmark(self.record)
-        record = asdict(switch)
-        self.record.switches.append(record)
-        return record
-
     def checkpointed_at_version(self) -> bool:
         """Whether the job's latest checkpoint holds its current state (it can switch in cold)."""
         ckpt = latest_checkpoint(self.run_dir / "checkpoints")
@@ -426,7 +350,12 @@ class JobRunner:
                   "mux/rollout_queue_s": p["rollout_wait_s"], "mux/train_queue_s": p["train_wait_s"],
                   "mux/switch_s": p["switch_s"], "mux/switch_warm": float(p["switch_kind"] == "warm"),
                   "mux/switch_cold": float(p["switch_kind"] == "cold")})
-        await asyncio.to_thread(self._log.write, self.version, m)
+        if evaluation_due(self.cfg.eval, self.version, self.cfg.trainer.total_steps):
+            # The engines get this step's weights with the job's next rollout permit: the
+            # row waits for its evaluation there (module docstring), one row per step as solo.
+            self._held_row = (self.version, m)
+        else:
+            await asyncio.to_thread(self._log.write, self.version, m)
         return m
 
     # -- the whole job ------------------------------------------------------------------------
@@ -449,12 +378,17 @@ class JobRunner:
                     await self.rollout(rollout_nodes, probe=True)
                     await self.train(train_node, probe=True, park=i == steps - 1)
                     await self.sync()
+                if self.version >= self.cfg.trainer.total_steps:  # a job no longer than its probe
+                    await self.evaluate_last()
             finally:
                 self._probing = False
         p = self._phase
         prof = self.record.profile
         # Switch-ins are the policy's warm_switch_s, not phase time: only the step counts.
-        prof.update({"roll_s": p["rollout_s"] * margin, "train_s": p["train_s"] * margin,
+        # An evaluation in the measured phase is left out too (as checkpoints are from
+        # train_s): the profile is of a training step, whether or not the probe's last one
+        # held an evaluation (eval.every); evaluated steps run longer by time/eval_s.
+        prof.update({"roll_s": (p["rollout_s"] - p["eval_s"]) * margin, "train_s": p["train_s"] * margin,
                      "sync_s": p["write_s"] + p["load_s"]})
         prof["solo_iter_s"] = prof["roll_s"] + prof["train_s"] + prof["sync_s"]
         return prof
@@ -473,6 +407,7 @@ class JobRunner:
                 finished = kind
         if finished is PhaseKind.TRAIN:  # the last step's metrics
             await self.sync()
+        await self.evaluate_last()
         self.record.phase = ""
 
     async def close(self) -> None:
@@ -484,6 +419,10 @@ class JobRunner:
             with contextlib.suppress(Exception):
                 ray.kill(getattr(self, actor))
         if self._log is not None:
+            if self._held_row is not None:  # the job ended before its evaluation: the row without it
+                with contextlib.suppress(Exception):
+                    self._log.write(*self._held_row)
+                self._held_row = None
             rows = self._log.read()
             self._log.close()
             if self.cfg.telemetry.plots and rows:

@@ -54,23 +54,44 @@ def summarize(task: str, outcomes: list[dict[str, Any]]) -> dict[str, float]:
     return m
 
 
+class Evaluation:
+    """One evaluation's episodes, asked of the rollout workers: `metrics` sums up their answers.
+
+    Split from `run_evaluation` so that a caller on an event loop (the
+    multiplexer's job runner, `mux/job_runner.py`) awaits the calls instead of
+    blocking its loop in `ray.get`; both sum up the same way.
+    """
+
+    def __init__(self, workers: list, tasks: list[TaskConfig], cfg: EvalConfig) -> None:
+        """Asks every task's eval episodes of `workers` (Ray actors), all at once."""
+        self.t0 = time.perf_counter()
+        self.task_names = [t.name for t in tasks]
+        seeds = eval_seeds(cfg)
+        self.calls: list[tuple[str, Any]] = []  # (task, the ObjectRef of a RolloutWorker.evaluate call)
+        for task in tasks:
+            for worker, part in zip(workers, split_seeds(seeds, len(workers)), strict=True):
+                if part:
+                    self.calls.append((task.name, worker.evaluate.remote(task.name, part, cfg.temperature)))
+
+    @property
+    def refs(self) -> list:
+        return [ref for _, ref in self.calls]
+
+    def metrics(self, results: list[list[dict[str, Any]]]) -> dict[str, float]:
+        """Every task's metrics from the calls' answers (`results`, in the order of `refs`)."""
+        by_task: dict[str, list[dict[str, Any]]] = {name: [] for name in self.task_names}
+        for (task_name, _), outcomes in zip(self.calls, results, strict=True):
+            by_task[task_name].extend(outcomes)
+        m: dict[str, float] = {}
+        for task_name, outcomes in by_task.items():
+            m.update(summarize(task_name, outcomes))
+        m["time/eval_s"] = time.perf_counter() - self.t0
+        return m
+
+
 def run_evaluation(workers: list, tasks: list[TaskConfig], cfg: EvalConfig) -> dict[str, float]:
     """Every task's eval episodes over the rollout `workers` (Ray actors), all at once: their metrics."""
     import ray
 
-    t0 = time.perf_counter()
-    seeds = eval_seeds(cfg)
-    calls = []
-    for task in tasks:
-        for worker, part in zip(workers, split_seeds(seeds, len(workers)), strict=True):
-            if part:
-                calls.append((task.name, worker.evaluate.remote(task.name, part, cfg.temperature)))
-    results = ray.get([ref for _, ref in calls])
-    by_task: dict[str, list[dict[str, Any]]] = {t.name: [] for t in tasks}
-    for (task_name, _), outcomes in zip(calls, results, strict=True):
-        by_task[task_name].extend(outcomes)
-    m: dict[str, float] = {}
-    for task_name, outcomes in by_task.items():
-        m.update(summarize(task_name, outcomes))
-    m["time/eval_s"] = time.perf_counter() - t0
-    return m
+    evaluation = Evaluation(workers, tasks, cfg)
+    return evaluation.metrics(ray.get(evaluation.refs))

@@ -3,7 +3,8 @@
 One multiplexer, four jobs: two that run to the end, one whose rollout
 worker is killed mid-phase (it fails; the others go on), one whose state
 does not fit the residency budget (refused, with the reason). Status lists
-them all. Behaviour only: no timing is asserted.
+them all. Behaviour only: no timing is asserted. Jobs evaluate (eval.every) as
+solo runs do: one metrics row per step, eval metrics on the due steps only.
 """
 
 from __future__ import annotations
@@ -45,6 +46,17 @@ def ray_local():
         ray.shutdown()
 
 
+EVAL_KEYS = ("eval/guess/mean", "eval/guess/success", "eval/guess/turns", "time/eval_s")
+
+
+def _evaluated_steps(rows: list[dict]) -> list[int]:
+    """The steps whose row holds an evaluation (all its metrics), each step logged once."""
+    assert len({r["step"] for r in rows}) == len(rows), [r["step"] for r in rows]
+    for r in rows:
+        assert all(k in r for k in EVAL_KEYS) or not any(k in r for k in EVAL_KEYS), r
+    return [r["step"] for r in rows if "eval/guess/mean" in r]
+
+
 def _wait_for(pred, timeout_s: float = 240.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not pred():
@@ -72,8 +84,10 @@ def test_jobs_share_pools_a_crash_stalls_nobody_and_an_oversized_job_is_refused(
 
     victim_cfg, victim = _job("victim", 50)
     ray.get(mux.submit.remote(victim_cfg, victim))
-    for name, steps, seed in (("a", 4, 1), ("b", 4, 2)):
-        cfg, spec = _job(name, steps, f"trainer.seed={seed}")
+    # a evaluates after step 3 (in its step-4 rollout phase) and after the last (a phase of
+    # its own); b after every step, the first in its probe's second rollout phase.
+    for name, steps, seed, every in (("a", 4, 1, 3), ("b", 4, 2, 1)):
+        cfg, spec = _job(name, steps, f"trainer.seed={seed}", f"eval.every={every}", "eval.episodes=2")
         ray.get(mux.submit.remote(cfg, spec))
 
     def victim_in_rollout() -> bool:
@@ -99,6 +113,9 @@ def test_jobs_share_pools_a_crash_stalls_nobody_and_an_oversized_job_is_refused(
         run = Path(j["run_dir"])
         rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in rows] == [1, 2, 3, 4]
+        # On the job's own weights of that step (checked turn by turn, or the job fails).
+        assert _evaluated_steps(rows) == {"a": [3, 4], "b": [1, 2, 3, 4]}[name]
+        assert all(r["eval/guess/episodes"] + r["eval/guess/failed"] == 2 for r in rows if "time/eval_s" in r)
         # Sampled on the job's own weights, never the other's: the trainer's recompute agrees.
         assert all(r["train/logprob_diff"] < 1e-3 for r in rows)
         assert (run / "checkpoints" / "latest").read_text() == "step_000004"
@@ -108,6 +125,9 @@ def test_jobs_share_pools_a_crash_stalls_nobody_and_an_oversized_job_is_refused(
     assert all(n["holder"] is None for n in status["nodes"].values())
     intervals = ray.get(mux.result.remote())["intervals"]
     assert {i["job"] for i in intervals if i["node"] == "rollout0"} >= {"a", "b"}
+    # The last step's evaluation held the rollout node, as a phase of its own.
+    assert {i["job"] for i in intervals if i["kind"] == "eval"} == {"a", "b"}
+    assert {i["node"] for i in intervals if i["kind"] == "eval"} == {"rollout0"}
     ray.get(mux.shutdown.remote())
 
 
@@ -116,10 +136,12 @@ def test_a_wedged_trainer_is_replaced_and_its_job_rolls_back_to_its_checkpoint(r
     after phase_timeout_s the node's trainer is replaced and the job goes back to its last
     checkpoint (step 2, parked by its probe) on the new one, takes step 3 again and ends
     done: each step logged once, its checkpoint at its last step. It used to fail, losing
-    its steps, and before that every job queued behind the wedged call."""
+    its steps, and before that every job queued behind the wedged call. It evaluates every
+    2 steps: step 2's row, held from the probe to the first admitted rollout phase, keeps
+    its evaluation through the roll-back."""
     from roll_agentic import faults
 
-    cfg, spec = _job("wedged", 4)
+    cfg, spec = _job("wedged", 4, "eval.every=2", "eval.episodes=2")
     need = admission.estimated_state_bytes(tiny_model_path, cfg)
     m = MuxConfig(name="w", residency_budget_bytes=need * 2, profile_margin=1.0, slo_headroom=0.0,
                   warm_switch_s=0.0, phase_timeout_s=20.0)
@@ -145,6 +167,7 @@ def test_a_wedged_trainer_is_replaced_and_its_job_rolls_back_to_its_checkpoint(r
     run = Path(job["run_dir"])
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert _evaluated_steps(rows) == [2, 4]
     assert all(r["train/logprob_diff"] < 1e-3 for r in rows)  # step 3 sampled on step 2's weights again
     assert (run / "checkpoints" / "latest").read_text() == "step_000004"
     ray.get(mux.shutdown.remote())

@@ -4,8 +4,14 @@ import asyncio
 
 import pytest
 
-from roll_agentic.config import EvalConfig
-from roll_agentic.train.evaluation import eval_seeds, evaluation_due, split_seeds, summarize
+from roll_agentic.config import EvalConfig, TaskConfig
+from roll_agentic.train.evaluation import (
+    Evaluation,
+    eval_seeds,
+    evaluation_due,
+    split_seeds,
+    summarize,
+)
 from tests.rollout.test_worker import _setup, engine_weights_file
 
 
@@ -32,6 +38,36 @@ def test_failed_episodes_are_counted_not_scored_zero():
     assert m == {"eval/lake/episodes": 2.0, "eval/lake/failed": 1.0, "eval/lake/mean": 0.5,
                  "eval/lake/success": 0.5, "eval/lake/turns": 3.0}
     assert summarize("lake", outcomes[2:]) == {"eval/lake/episodes": 0.0, "eval/lake/failed": 1.0}
+
+
+class _Worker:
+    """A rollout worker's `evaluate.remote` as a caller sees it: a handle per call (here the call)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.evaluate = self
+        self.asked: list[tuple] = []
+
+    def remote(self, task: str, seeds: list[int], temperature: float) -> tuple:
+        self.asked.append((task, seeds, temperature))
+        return (self.name, task, tuple(seeds))
+
+
+def test_an_evaluation_asks_every_worker_at_once_and_sums_up_the_answers_by_task():
+    # What the multiplexer's job runner awaits instead of run_evaluation's ray.get.
+    workers = [_Worker("w0"), _Worker("w1")]
+    tasks = [TaskConfig(name="lake", env_id="x"), TaskConfig(name="guess", env_id="y")]
+    ev = Evaluation(workers, tasks, EvalConfig(episodes=3, seed=10, temperature=0.5))
+    assert ev.refs == [("w0", "lake", (10, 12)), ("w1", "lake", (11,)), ("w0", "guess", (10, 12)),
+                       ("w1", "guess", (11,))]
+    assert workers[1].asked == [("lake", [11], 0.5), ("guess", [11], 0.5)]
+
+    def ok(reward: float) -> dict:
+        return {"status": "ok", "reward": reward, "success": reward > 0, "turns": 2}
+    m = ev.metrics([[ok(1.0), ok(0.0)], [ok(1.0)], [ok(0.0), ok(0.0)], [{"status": "env_failed", "reward": None}]])
+    assert m["eval/lake/mean"] == 2 / 3 and m["eval/lake/episodes"] == 3.0
+    assert m["eval/guess/mean"] == 0.0 and m["eval/guess/failed"] == 1.0 and m["eval/guess/episodes"] == 2.0
+    assert m["time/eval_s"] >= 0.0
 
 
 def test_greedy_eval_episodes_repeat_exactly_and_never_reach_the_buffer(tiny_model_path, tmp_path):
