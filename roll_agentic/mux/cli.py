@@ -30,6 +30,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from roll_agentic.config import ConfigError
     from roll_agentic.mux.mux_config import load_mux_config
     from roll_agentic.mux.session import compose_job, run_session
+    from roll_agentic.train.termination import EXIT_CODE as TERMINATED_EXIT_CODE
+    from roll_agentic.train.termination import Terminated
 
     try:
         m = load_mux_config(args.config)
@@ -40,6 +42,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         run_session(m, jobs, solo_baseline=not args.no_solo, serve=args.serve, status_every_s=args.status_every,
                     quiet=args.quiet, run_name=args.run_name)
+    except Terminated:  # a job scheduler's SIGTERM: the same clean-up as Ctrl-C
+        print("terminated (SIGTERM)", file=sys.stderr)
+        return TERMINATED_EXIT_CODE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

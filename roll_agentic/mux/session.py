@@ -26,6 +26,7 @@ from roll_agentic.mux.job_state import format_status
 from roll_agentic.mux.multiplexer import ACTOR_NAME, NAMESPACE, multiplexer_actor
 from roll_agentic.mux.mux_config import JobSpec, MuxConfig
 from roll_agentic.mux.summary import write_summary
+from roll_agentic.train.termination import SigtermAsInterrupt, Terminated
 
 
 def compose_job(spec: JobSpec) -> Config:
@@ -82,6 +83,7 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
     run_dir = Path(m.output_dir) / (run_name or f"{m.name}-{dt.datetime.now():%Y%m%d-%H%M%S}")
     run_dir.mkdir(parents=True, exist_ok=True)  # an unwritable output_dir fails here, before Ray starts
     started = init_ray(RayConfig(num_cpus=m.ray_num_cpus))
+    term = SigtermAsInterrupt().install()  # after ray.init, whose handler exits at once
     try:
         solo, mux = None, None
         if solo_baseline and not serve:
@@ -115,7 +117,12 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
                                                   "job_slowdown_basis", "job_slo", "warm_switch_s", "cold_switch_s")}, indent=1))
         print(f"summary: {run_dir / 'mux_summary.json'}  gantt: {run_dir / 'mux_gantt.png'}", flush=True)
         return {"run_dir": str(run_dir), "summary": summary, "status": status}
+    except KeyboardInterrupt:
+        if term.received:  # raised as a plain KeyboardInterrupt where ray.get was waiting
+            raise Terminated from None
+        raise
     finally:
+        term.restore()
         # Only the file this session wrote: a second `mux run` on the same output_dir that
         # failed early deleted the running multiplexer's, and `mux status` lost it.
         # (What failed may be that very folder: Ray still stops.)

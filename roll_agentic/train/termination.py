@@ -22,8 +22,17 @@ import threading
 EXIT_CODE = 128 + signal.SIGTERM  # what a shell reports for a process ended by SIGTERM: 143
 
 
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM, taken as Ctrl-C: every `except KeyboardInterrupt` path runs for it.
+
+    Not always the type that arrives: a signal taken while `ray.get` waits comes out
+    of it as a plain `KeyboardInterrupt`, so callers that must tell the two apart
+    read `SigtermAsInterrupt.received`.
+    """
+
+
 class SigtermAsInterrupt:
-    """While installed, SIGTERM raises `KeyboardInterrupt` and sets `received`.
+    """While installed, SIGTERM raises `Terminated` (a `KeyboardInterrupt`) and sets `received`.
 
     Only the main thread can take signals; elsewhere, or where SIGTERM is
     ignored on purpose, `install` changes nothing. `restore` puts the
@@ -51,4 +60,4 @@ class SigtermAsInterrupt:
 
     def _interrupt(self, signum, frame) -> None:
         self.received = True
-        raise KeyboardInterrupt
+        raise Terminated

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from roll_agentic.train.termination import EXIT_CODE, SigtermAsInterrupt
+from roll_agentic.train.termination import EXIT_CODE, SigtermAsInterrupt, Terminated
 
 
 def _exit_at_once(signum, frame):  # what ray.init installs in the driver
@@ -44,3 +44,15 @@ def test_a_process_told_to_ignore_sigterm_keeps_ignoring_it():
 
 def test_the_exit_code_is_the_shells_for_a_sigterm():
     assert EXIT_CODE == 143
+
+
+def test_a_sigterm_is_a_keyboard_interrupt_that_callers_can_tell_apart():
+    before = signal.signal(signal.SIGTERM, _exit_at_once)
+    term = SigtermAsInterrupt().install()
+    try:
+        with pytest.raises(Terminated) as caught:
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert isinstance(caught.value, KeyboardInterrupt)  # every Ctrl-C path runs for it
+    finally:
+        term.restore()
+        signal.signal(signal.SIGTERM, before)
