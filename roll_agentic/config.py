@@ -144,6 +144,10 @@ class RolloutConfig:
     # one generate request (one agent turn); past it the engine counts as failed, the
     # request is aborted there and the episode retries on another engine (engine_client.py)
     generate_timeout_s: float = 600.0
+    # every group failing: how long (s, none succeeding) before the run stops, when the failures may
+    # pass (an engine or the reward service restarting, time-outs). Failures of the task's own code
+    # (a reward or env that raises on every episode) stop it at once, without this wait (rollout/buffer.py)
+    max_failing_s: float = 300.0
 
 
 @dataclass
@@ -313,6 +317,8 @@ def validate(cfg: Config) -> Config:
            cfg.rollout.env_step_timeout_s)
     _check(e, cfg.rollout.generate_timeout_s > 0, "rollout.generate_timeout_s", "a number of seconds > 0",
            cfg.rollout.generate_timeout_s)
+    _check(e, cfg.rollout.max_failing_s > 0, "rollout.max_failing_s", "a number of seconds > 0",
+           cfg.rollout.max_failing_s)
     _check(e, cfg.reward.timeout_s > 0, "reward.timeout_s", "a number of seconds > 0", cfg.reward.timeout_s)
     _check(e, cfg.trainer.max_grad_norm > 0, "trainer.max_grad_norm", "a number > 0", cfg.trainer.max_grad_norm)
     _check(e, cfg.trainer.weight_decay >= 0, "trainer.weight_decay", "a number >= 0", cfg.trainer.weight_decay)

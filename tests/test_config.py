@@ -13,6 +13,11 @@ def test_defaults_compose_and_validate():
     assert cfg.algo.alpha == 1
 
 
+def test_the_failing_window_is_a_rollout_key():
+    assert load_config([]).rollout.max_failing_s == 300.0
+    assert load_config(["rollout.max_failing_s=60"]).rollout.max_failing_s == 60.0
+
+
 def test_list_of_tasks_from_the_command_line_takes_defaults():
     cfg = load_config(["tasks=[{name:cliff,env_id:CliffWalking-v1}]", "trainer.total_steps=2"])
     assert cfg.tasks[0].env_id == "CliffWalking-v1"
@@ -36,6 +41,7 @@ def test_list_of_tasks_from_the_command_line_takes_defaults():
     # the dotted form an override takes: the bracket form was refused when copied back
     ("tasks.0.max_turn=3", "unknown config key 'tasks.0.max_turn' (did you mean 'max_turns'?)"),
     ("rollout.env_step_timeout_s=-5", "rollout.env_step_timeout_s: expected a number of seconds > 0"),
+    ("rollout.max_failing_s=0", "rollout.max_failing_s: expected a number of seconds > 0"),
     ("run_name=../../x", "run_name: expected a plain directory name"),
     ("engine.gpu_memory_utilization=2", "engine.gpu_memory_utilization: expected a number in (0, 1]"),
     ("model.dtype=bfloat16", "unknown config key 'model.dtype'"),

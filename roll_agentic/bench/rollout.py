@@ -177,7 +177,7 @@ async def _bench(cfg: RolloutBenchConfig, log) -> dict:
     from roll_agentic.config import Config, ModelConfig
     from roll_agentic.engine.factory import resolve_backend
     from roll_agentic.engine.host import EngineHost
-    from roll_agentic.train.job import resolve_model_path
+    from roll_agentic.train.job_setup import resolve_model_path
 
     # Env steps block a thread each (as real envs do): enough threads that the
     # pool is never what serialises them, in either mode.

@@ -40,7 +40,6 @@ from roll_agentic.mux.job_state import JobRecord
 from roll_agentic.mux.phase_board import PhaseBoard
 from roll_agentic.mux.phase_waits import JobFailed, await_batch, drain
 from roll_agentic.mux.profile import PhaseKind
-from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
 from roll_agentic.train.checkpoint import latest_checkpoint
 from roll_agentic.train.evaluation import evaluation_due
 from roll_agentic.train.step_metrics import rollout_metrics
@@ -93,7 +92,7 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery):
     # -- set-up ----------------------------------------------------------------------------
     async def setup(self, model_path: str, train_node: str, rollout_nodes: list[str]) -> None:
         from roll_agentic.telemetry.metrics import MetricsLog
-        from roll_agentic.train.job import start_rewards
+        from roll_agentic.train.job_setup import start_rewards
         from roll_agentic.train.resume_record import config_json
 
         cfg = self.cfg
@@ -141,7 +140,7 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery):
         return [e for n in nodes for e in self.engines_by_node[n]]
 
     def _spawn_workers(self, nodes: list[str]) -> None:
-        from roll_agentic.train.job import spawn_rollout_workers
+        from roll_agentic.train.job_setup import spawn_rollout_workers
 
         self.workers = spawn_rollout_workers(self.cfg, self.model_path, self._engines(nodes), self.router,
                                              self.buffer, self.reward_endpoint)
@@ -170,10 +169,9 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery):
             await self.buffer.import_state.remote(state)
 
     def _new_buffer(self):
-        shares = [TaskShare(t.name, t.weight, t.group_size) for t in self.cfg.tasks]
-        return ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
-            shares, self.cfg.algo.groups_per_step, self.cfg.algo.alpha, self.cfg.trainer.seed,
-            drop_no_signal=self.cfg.rollout.drop_no_signal_groups)
+        from roll_agentic.train.job_setup import new_buffer
+
+        return new_buffer(self.cfg, self.run_dir, multiplexed=True)
 
     async def _worker_stats(self) -> list[dict]:
         # A worker that died between phases fails the job with the same reason as one

@@ -169,7 +169,7 @@ class Multiplexer:
         return validate(cfg)
 
     async def submit(self, cfg: Config, spec: JobSpec) -> dict:
-        from roll_agentic.train.job import resolve_model_path
+        from roll_agentic.train.job_setup import resolve_model_path
 
         if spec.name in self.records and not self.records[spec.name].state.final:
             raise ValueError(f"job {spec.name!r} is already here ({self.records[spec.name].state})")

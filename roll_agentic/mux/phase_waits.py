@@ -10,6 +10,8 @@ import asyncio
 import time
 from collections.abc import Awaitable
 
+from roll_agentic.rollout.buffer import RolloutFailing
+
 
 class JobFailed(RuntimeError):
     pass
@@ -35,7 +37,10 @@ async def await_batch(get_batch: Awaitable, worker_runs: list, timeout_s: float)
     try:
         done, _ = await asyncio.wait([batch, *watch], timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
         if batch in done:
-            return batch.result()
+            try:
+                return batch.result()
+            except RolloutFailing as err:  # every group failed: the buffer's message, not Ray's traceback
+                raise JobFailed(str(getattr(err, "cause", err))) from None
         for w in watch:
             if w in done:
                 err = w.exception()

@@ -34,7 +34,7 @@ def compose_job(spec: JobSpec) -> Config:
 
 
 def pool_model_path(m: MuxConfig) -> str:
-    from roll_agentic.train.job import resolve_model_path
+    from roll_agentic.train.job_setup import resolve_model_path
 
     cfg = Config()
     cfg.model.path, cfg.model.tiny_dir = m.model_path, m.tiny_dir

@@ -33,6 +33,7 @@ from botocore.exceptions import (
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from roll_agentic import faults
+from roll_agentic.failures import deterministic_type_name
 from roll_agentic.reward.outcome import RewardOutcome, parse_reward
 from roll_agentic.reward.reward_ref import function_stem
 
@@ -88,6 +89,9 @@ class _Attempts:
     billed_ms: float = 0.0
     gb_s: float = 0.0
     errors: list[str] = field(default_factory=list)
+    # The last attempt failed in the function's own code (it raised, returned no number), which
+    # the next call would meet again; not a throttle, a timeout or the service (failures.py).
+    deterministic: bool = False
 
 
 class ServerlessRewardClient:
@@ -168,7 +172,8 @@ class ServerlessRewardClient:
         try:
             payload = json.dumps(summary).encode()
         except (TypeError, ValueError) as e:
-            return RewardOutcome(None, False, 0.0, 0, False, 0, 0.0, 0.0, f"the summary is not JSON-serialisable: {e}")
+            return RewardOutcome(None, False, 0.0, 0, False, 0, 0.0, 0.0, f"the summary is not JSON-serialisable: {e}",
+                                 deterministic=True)
         a = _Attempts()
         loop = asyncio.get_running_loop()
         async with self._sem:
@@ -180,13 +185,16 @@ class ServerlessRewardClient:
                 if not retryable or a.retries >= self.max_retries:
                     if retryable:
                         error = f"gave up after {a.retries + 1} attempts; last: {error}"
-                    return RewardOutcome(None, False, time.monotonic() - t0, a.retries, a.cold, a.throttles, a.billed_ms, a.gb_s, f"{name}: {error}")
+                    return RewardOutcome(None, False, time.monotonic() - t0, a.retries, a.cold, a.throttles, a.billed_ms,
+                                         a.gb_s, f"{name}: {error}", deterministic=a.deterministic and not retryable)
                 a.retries += 1
                 delay = min(self.backoff_max_s, self.backoff_base_s * 2 ** (a.retries - 1))
                 await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # jitter spreads a throttled burst
 
     async def _attempt(self, loop, name: str, payload: bytes, a: _Attempts) -> tuple[float | None, str, bool]:
-        """One Invoke; returns (value, error, retryable)."""
+        """One Invoke; returns (value, error, retryable). `a.deterministic` says whether
+        a failure was the function's own (failures.py)."""
+        a.deterministic = False
         try:
             resp, body = await loop.run_in_executor(self._pool, self._invoke_once, name, payload)
         except ClientError as e:
@@ -208,13 +216,18 @@ class ServerlessRewardClient:
         try:
             result = json.loads(body) if body else None
         except ValueError:
+            a.deterministic = True
             return None, f"the function returned a payload that is not JSON: {body[:200]!r}", False
         if resp.get("FunctionError"):
             etype = result.get("errorType", "") if isinstance(result, dict) else ""
             emsg = result.get("errorMessage", "") if isinstance(result, dict) else str(result)
+            # The function's own exception (its type is all that travels): a KeyError recurs on every
+            # call, a ConnectionError (a service it calls is down) or the runtime's exit may pass.
+            a.deterministic = deterministic_type_name(etype)
             # A function timeout may be a cold start or a busy host: worth another try.
             return None, f"function error ({resp['FunctionError']}) {etype}: {emsg}", etype == "Sandbox.Timedout"
         value, err = parse_reward(result)
+        a.deterministic = bool(err)
         return value, err, False
 
     async def close(self) -> None:

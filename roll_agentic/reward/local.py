@@ -36,6 +36,7 @@ from types import ModuleType
 
 from roll_agentic import faults
 from roll_agentic.elastic_executor import ElasticExecutor
+from roll_agentic.failures import deterministic_error
 from roll_agentic.reward.outcome import RewardOutcome, parse_reward
 from roll_agentic.reward.reward_ref import shown_as
 
@@ -137,11 +138,14 @@ class LocalRewardClient:
                 return RewardOutcome(None, False, time.monotonic() - t0, 0, False, 0, 0.0, 0.0,
                                      f"{self._qualified(function)}: timed out after {limit}s")
             except Exception as e:  # noqa: BLE001 - any failure of the reward is reported, not raised
+                # The module's own bug (or a module that cannot be imported) recurs on every call;
+                # an OSError (a judge service it calls is down) may pass (failures.py).
                 return RewardOutcome(None, False, time.monotonic() - t0, 0, False, 0, 0.0, 0.0,
-                                     f"{self._qualified(function)}: {type(e).__name__}: {e}")
+                                     f"{self._qualified(function)}: {type(e).__name__}: {e}",
+                                     deterministic=deterministic_error(e))
         value, err = parse_reward(result)
         return RewardOutcome(value, value is not None, time.monotonic() - t0, 0, first, 0, ran_ms, 0.0,
-                             f"{self._qualified(function)}: {err}" if err else "")
+                             f"{self._qualified(function)}: {err}" if err else "", deterministic=bool(err))
 
     def _qualified(self, function: str) -> str:
         """The module a task's `reward` names: dotted, the user's own (reward_ref.py); bare, in `package`."""

@@ -18,6 +18,10 @@ class RewardOutcome:
     billed_ms: float  # Lambda's billed duration, summed over attempts that ran
     gb_s: float  # billed GB-seconds (billed_ms x MemorySize)
     error: str = ""
+    # A failure the next call would meet again: the reward function raised (anything but a
+    # network or time-out error), returned no number, or could not be loaded. False for ok
+    # outcomes and for what may pass (throttles, timeouts, the service down): roll_agentic/failures.py
+    deterministic: bool = False
 
 
 @runtime_checkable

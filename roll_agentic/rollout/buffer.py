@@ -24,11 +24,23 @@ that carry a gradient. At most `NO_SIGNAL_OVERSAMPLE` x groups_per_step are
 dropped per step; past that the step takes such groups as they come, so a
 task where every group fails alike slows a step by that factor at most and
 never stalls the run.
+
+A run whose every group fails stops, naming the cause (`_raise_if_failing`).
+A failure that may pass (an engine or the reward emulator restarting, a
+connection refused, a time-out) gets `rollout.max_failing_s` (300 s) with no
+group succeeding first: a restart is not a broken system. A failure of the
+user's own code (a reward function or env that raises, an env that breaks
+its contract, a prompt that cannot fit; `Trajectory.deterministic`,
+roll_agentic/failures.py) recurs on every re-roll, so `max_failed_in_a_row`
+groups in a row failing only so, with not one episode succeeding among
+them, stop the run at once: that took 5 minutes of a silent-looking run
+before, for a bug the first failed episode already named.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections import deque
@@ -38,6 +50,12 @@ from roll_agentic.rollout.trajectory import Ticket, Trajectory
 
 # With drop_no_signal: groups of equal rewards dropped per step, as a multiple of groups_per_step.
 NO_SIGNAL_OVERSAMPLE = 3
+# How long every group may fail, for causes that may pass, before the run stops (rollout.max_failing_s).
+DEFAULT_MAX_FAILING_S = 300.0
+
+
+class RolloutFailing(RuntimeError):
+    """Every group fails: the run stops, the message says why and what to check."""
 
 
 @dataclass
@@ -45,6 +63,12 @@ class TaskShare:
     name: str
     weight: float
     group_size: int
+    # What the task runs, for the message of a run stopped by its failures (what to check)
+    env_id: str = ""
+    env_kwargs: dict = field(default_factory=dict)
+    reward: str = ""  # its `reward` module, as the task names it
+    reward_function: str = ""  # the Lambda function it is deployed as (reward.mode=serverless), else ""
+    reward_state_dir: str = ""  # the run's own emulator's state dir (its function logs), else ""
 
 
 @dataclass
@@ -74,8 +98,10 @@ class BufferState:
 class TrajectoryBuffer:
     keeps_long_queue = False  # tail batching restores a checkpoint's long queue itself
     def __init__(self, tasks: list[TaskShare], groups_per_step: int, alpha: int, seed: int = 0,
-                 extra_groups: int = 0, prepare_ahead: bool = False, drop_no_signal: bool = False):
+                 extra_groups: int = 0, prepare_ahead: bool = False, drop_no_signal: bool = False,
+                 max_failing_s: float = DEFAULT_MAX_FAILING_S):
         self.tasks = tasks
+        self._shares = {t.name: t for t in tasks}
         self.groups_per_step = groups_per_step
         self.alpha = alpha
         self.prepare_ahead = prepare_ahead  # issue the next step's tickets early, held (module doc)
@@ -105,8 +131,13 @@ class TrajectoryBuffer:
         # episode (a reward endpoint down, an env that always raises): stop with
         # the cause instead of re-rolling forever.
         self.max_failed_in_a_row = max(16, 4 * groups_per_step)
-        self.max_failing_s = 300.0  # ... and for this long: a restarting engine or emulator is not broken
+        # ... and for this long: a restarting engine or emulator is not broken
+        self.max_failing_s = float(max_failing_s)
         self._last_success = time.monotonic()
+        # Failed groups in a row whose every episode failed deterministically (the user's code:
+        # a re-roll meets it again): at max_failed_in_a_row the run stops without the wait.
+        self._deterministic_in_a_row = 0
+        self._deterministic_cause: Trajectory | None = None  # the last such failure
 
     # -- ticket stream ----------------------------------------------------------------
     def _quota(self) -> int:
@@ -215,7 +246,7 @@ class TrajectoryBuffer:
             if t.status != "ok":
                 self._failed(t)
         if len(ok) < 2:  # GRPO needs two to compare; re-roll the same prompt
-            self._group_failed()
+            self._group_failed(members)
             self.counters.trajectories_dropped += len(members)
             if not any(t.status == "prompt_too_long" for t in members):  # a re-roll would meet it again
                 self._requeued.append(ticket)
@@ -247,21 +278,53 @@ class TrajectoryBuffer:
         self.failures[traj.status] = self.failures.get(traj.status, 0) + 1
         self.last_error = f"{traj.status}: {traj.error}"[:500]
 
-    def _group_failed(self) -> None:
+    def _group_failed(self, members: list[Trajectory] = ()) -> None:
+        """A group that came back without two good episodes. `members`: what came back of it."""
         self.counters.groups_dropped_failed += 1
         self._failed_in_a_row += 1
+        # Deterministic only if every episode of it failed so: one that succeeded, or one that
+        # failed for a cause that may pass, says the system can still work (the window decides).
+        if members and all(t.status != "ok" and t.deterministic for t in members):
+            self._deterministic_in_a_row += 1
+            self._deterministic_cause = members[-1]
+        else:
+            self._deterministic_in_a_row = 0
 
     def _group_completed(self) -> None:
         self.counters.groups_completed += 1
         self._failed_in_a_row = 0
+        self._deterministic_in_a_row = 0
         self._last_success = time.monotonic()
 
+    def failing(self) -> dict:
+        """How close the run is to being stopped for its failures (`_raise_if_failing`)."""
+        return {"failed_in_a_row": self._failed_in_a_row,
+                "deterministic_in_a_row": self._deterministic_in_a_row,
+                "max_failed_in_a_row": self.max_failed_in_a_row,
+                "failing_for_s": time.monotonic() - self._last_success if self._failed_in_a_row else 0.0,
+                "max_failing_s": self.max_failing_s}
+
     def _raise_if_failing(self) -> None:
-        """Ends the run once every group fails, for long enough that nothing is merely restarting."""
-        if (self._failed_in_a_row >= self.max_failed_in_a_row
-                and time.monotonic() - self._last_success > self.max_failing_s):
-            raise RuntimeError(f"{self._failed_in_a_row} groups in a row failed (every episode in them "
-                               f"lost); last error: {self.last_error}")
+        """Ends the run once every group fails: at once when the user's code fails every episode
+        the same way, else after long enough that nothing is merely restarting."""
+        if self._deterministic_in_a_row >= self.max_failed_in_a_row:
+            raise RolloutFailing(self._deterministic_message())
+        failing_s = time.monotonic() - self._last_success
+        if self._failed_in_a_row >= self.max_failed_in_a_row and failing_s > self.max_failing_s:
+            raise RolloutFailing(
+                f"{self._failed_in_a_row} groups in a row failed (every episode in them lost) and none "
+                f"succeeded for {failing_s:.0f} s (rollout.max_failing_s = {self.max_failing_s:g}); "
+                f"failed trajectories by cause: {_by_status(self.failures)}; last error: {self.last_error}")
+
+    def _deterministic_message(self) -> str:
+        t = self._deterministic_cause
+        assert t is not None
+        share = self._shares.get(t.task)
+        return (f"task {t.task!r}: every episode of the last {self._deterministic_in_a_row} groups failed, "
+                f"none succeeded, with an error of the task's own code: {t.status}: {t.error[:500]}. "
+                f"A re-roll meets it again, so the run stops now (rollout.max_failing_s = "
+                f"{self.max_failing_s:g} s waits out only what may pass: an engine or service restarting, "
+                f"a time-out). {_what_to_check(t.status, share)}")
 
     # -- groups out ----------------------------------------------------------------------
     def _drop_stale(self, version: int) -> None:
@@ -350,7 +413,7 @@ class TrajectoryBuffer:
     def wait_status(self) -> dict:
         """What a step waiting on this buffer is waiting for (train/rollout_wait.py)."""
         return {"ready": len(self._ready), "open": len(self._open), "failures": dict(self.failures),
-                "last_error": self.last_error}
+                "last_error": self.last_error, **self.failing()}
 
     def metrics(self) -> dict[str, float]:
         m = {f"buffer/{k}": float(v) for k, v in vars(self.counters).items()}
@@ -358,3 +421,32 @@ class TrajectoryBuffer:
         m["buffer/open_groups"] = float(len(self._open))
         m.update({f"buffer/failed/{status}": float(n) for status, n in self.failures.items()})
         return m
+
+
+def _by_status(failures: dict[str, int]) -> str:
+    return ", ".join(f"{status} {n}" for status, n in sorted(failures.items())) or "none"
+
+
+def _what_to_check(status: str, share: TaskShare | None) -> str:
+    """What the user should look at for a task whose every episode fails with `status`."""
+    if status == "reward_failed":
+        from roll_agentic.reward.reward_ref import shown_as
+
+        file = shown_as(share.reward) if share is not None and share.reward else "the task's reward module"
+        where = ""
+        if share is not None and share.reward_state_dir:  # the run's emulator, stopped with it: its log file
+            where = f"; the traceback is in {share.reward_state_dir}/logs/{share.reward_function}.log"
+        elif share is not None and share.reward_function:
+            where = f" (deployed as the function {share.reward_function}: its log has the traceback)"
+        return (f"Fix {file}: it raises (or returns no number) on the summaries real episodes send it; "
+                f"the run's start check only calls reward(summary) once on a one-turn summary, and a "
+                f"serverless run calls handler(event, context){where}")
+    if status in ("env_failed", "prompt_too_long") and share is not None and share.env_id:
+        kwargs = f" --kwargs '{json.dumps(share.env_kwargs, default=str)}'" if share.env_kwargs else ""
+        check = f"Check the env with `roll-agentic env check {share.env_id}{kwargs}`"
+        if status == "prompt_too_long":
+            return f"Raise engine.max_model_len or shorten the task's first prompt. {check}"
+        return check
+    if status == "prompt_too_long":
+        return "Raise engine.max_model_len or shorten the task's first prompt"
+    return "Check the task's env with `roll-agentic env check <its env_id>`"

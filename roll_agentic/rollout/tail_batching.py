@@ -42,7 +42,7 @@ import logging
 import math
 from collections import Counter, deque
 
-from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
+from roll_agentic.rollout.buffer import DEFAULT_MAX_FAILING_S, TaskShare, TrajectoryBuffer
 from roll_agentic.rollout.trajectory import Ticket, Trajectory
 
 log = logging.getLogger(__name__)
@@ -51,8 +51,9 @@ log = logging.getLogger(__name__)
 class TailBatchingBuffer(TrajectoryBuffer):
     keeps_long_queue = True
     def __init__(self, tasks: list[TaskShare], groups_per_step: int, seed: int = 0, eta: float = 1.25,
-                 eta_responses: float | None = None, fill_tasks: bool = True):
-        super().__init__(tasks, groups_per_step, alpha=0, seed=seed)
+                 eta_responses: float | None = None, fill_tasks: bool = True,
+                 max_failing_s: float = DEFAULT_MAX_FAILING_S):
+        super().__init__(tasks, groups_per_step, alpha=0, seed=seed, max_failing_s=max_failing_s)
         self.eta = eta
         self.eta_responses = eta if eta_responses is None else eta_responses
         self.fill_tasks = fill_tasks
@@ -218,7 +219,7 @@ class TailBatchingBuffer(TrajectoryBuffer):
                     del self._open[gid]
                     self._round_groups.discard(gid)
                     self._outstanding -= 1
-                    self._group_failed()
+                    self._group_failed([t for t in trajs if t.group_id == gid])
                     seed = ticket.seed
                     if gid in too_long:
                         # Its first prompt never fits: rolled again, it failed for ever and its

@@ -83,6 +83,10 @@ class Trajectory:
     reward_info: dict[str, Any] = field(default_factory=dict)
     status: str = "running"  # running | ok | reward_failed | env_failed | engine_failed | stale | prompt_too_long | cancelled
     error: str = ""
+    # A failure a re-roll would meet again: the user's env or reward code raised (not with a
+    # network or time-out error), broke the env contract, or the prompt cannot fit; False for
+    # ok and for what may pass (engines, connections, time-outs). See roll_agentic/failures.py.
+    deterministic: bool = False
     restarts: int = 0
     llm_s: float = 0.0
     env_s: float = 0.0

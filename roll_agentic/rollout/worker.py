@@ -31,6 +31,7 @@ from roll_agentic.engine.engine_client import (
 )
 from roll_agentic.engine.protocol import SamplingParams
 from roll_agentic.engine.router_client import CoalescingRouterClient
+from roll_agentic.failures import deterministic_error
 from roll_agentic.rollout.conversation import Conversation, chat_format_for
 from roll_agentic.rollout.env_contract import checked
 from roll_agentic.rollout.trajectory import Ticket, Trajectory, Turn, json_scalars
@@ -46,12 +47,20 @@ MAX_STUCK_ENV_THREADS = 64
 
 
 class EnvFailure(RuntimeError):
-    pass
+    """An episode's env call failed. `deterministic`: the env's own code raised (or broke the
+    env contract), which a retry meets again; False for a time-out, which may pass (failures.py)."""
+
+    def __init__(self, message: str, deterministic: bool = False):
+        super().__init__(message)
+        self.deterministic = deterministic
 
 
 class PromptTooLong(EnvFailure):
     """The first observation leaves no room for a reply: nothing to train on, and a retry
     would meet the same prompt."""
+
+    def __init__(self, message: str):
+        super().__init__(message, deterministic=True)
 
 
 class Stale(Exception):
@@ -73,7 +82,7 @@ def _contained(call: Any, name: str) -> Any:
         try:
             return call(*args, **kwargs)
         except (SystemExit, KeyboardInterrupt) as err:
-            raise EnvFailure(f"env call {name} raised {type(err).__name__}: {err}") from None
+            raise EnvFailure(f"env call {name} raised {type(err).__name__}: {err}", deterministic=True) from None
 
     return run
 
@@ -239,7 +248,7 @@ class RolloutWorker:
             return await self._env_call(make_text_env, task.env_id, task.env_kwargs,
                                         call_kind=f"make_text_env({task.env_id})")
         except EnvFailure as err:  # an env's own constructor error need not name the env
-            raise EnvFailure(f"{err} (env_id {task.env_id!r})") from err
+            raise EnvFailure(f"{err} (env_id {task.env_id!r})", err.deterministic) from err
 
     async def _env_call(self, fn, *args, call_kind: str = "", **kwargs):
         # One executor future and one timer per call, not wait_for(to_thread(...)):
@@ -286,7 +295,8 @@ class RolloutWorker:
         except EnvFailure:
             raise
         except Exception as err:  # an env's own bug must cost one episode, not the worker
-            raise EnvFailure(f"env call {fn.__name__} raised {type(err).__name__}: {err}") from err
+            raise EnvFailure(f"env call {fn.__name__} raised {type(err).__name__}: {err}",
+                             deterministic_error(err)) from err
         finally:
             timer.cancel()
 
@@ -298,6 +308,7 @@ class RolloutWorker:
         t0 = time.perf_counter()
         traj: Trajectory | None = None
         error, status = "", ""
+        deterministic = False  # the last attempt's failure recurs on a retry (failures.py)
         try:
             for attempt in range(MAX_RESTARTS + 1):
                 try:
@@ -306,24 +317,26 @@ class RolloutWorker:
                 except Stale:
                     self.counters["stale_restarts"] += 1
                     error = f"attempt {attempt + 1} fell more than alpha={self.alpha} weight versions behind its start"
-                    status = "stale"
+                    status, deterministic = "stale", False
                 except BufferStopped as err:
                     error, status = str(err), "cancelled"
                     break
                 except PromptTooLong as err:
                     self.counters["env_failures"] += 1
                     error, status = str(err), "prompt_too_long"  # the buffer does not re-roll it
+                    deterministic = True
                     break
                 except EnvFailure as err:
                     self.counters["env_failures"] += 1
-                    error, status = str(err), "env_failed"
+                    error, status, deterministic = str(err), "env_failed", err.deterministic
                 except Exception as err:  # engine actor died or refused: re-route and retry
                     self.counters["engine_failures"] += 1
                     error, status = f"{type(err).__name__}: {err}", "engine_failed"
+                    deterministic = False
                     await asyncio.sleep(ENGINE_RETRY_S * 2**attempt)  # a restarting engine needs seconds
             if traj is None:  # labelled by the last attempt's failure (a stale one was "engine_failed")
                 traj = Trajectory(traj_id, ticket.group_id, task.name, ticket.seed, ticket.issued_version,
-                                  status=status, error=error)
+                                  status=status, error=error, deterministic=deterministic)
             else:
                 await self._reward(task, traj)
         finally:
@@ -495,3 +508,4 @@ class RolloutWorker:
         else:
             traj.status = "reward_failed"  # left out of its batch and counted, never scored 0
             traj.error = outcome.error
+            traj.deterministic = outcome.deterministic  # the function raised, not the service (failures.py)

@@ -8,7 +8,6 @@ the phases of several jobs on shared pools.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import math
 import os
 import signal
@@ -26,16 +25,22 @@ from roll_agentic.engine.host import engine_actor_class
 from roll_agentic.engine.placement import placement
 from roll_agentic.engine.pool_stats import collect_engine_stats
 from roll_agentic.engine.router import Router, router_kwargs
-from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
+from roll_agentic.rollout.buffer import RolloutFailing
 from roll_agentic.rollout.task_check import check_tasks
-from roll_agentic.rollout.worker import RolloutWorker
 from roll_agentic.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from roll_agentic.train.evaluation import evaluation_due, run_evaluation
+from roll_agentic.train.job_setup import (
+    make_trainer,
+    new_buffer,
+    resolve_model_path,
+    resolve_run_dir,
+    spawn_rollout_workers,
+    start_rewards,
+)
 from roll_agentic.train.resource_check import (
     cluster_shortfall_warning,
     in_process_device_error,
     shortfall_error,
-    trainer_in_process,
 )
 from roll_agentic.train.resume_record import (
     config_json,
@@ -47,91 +52,10 @@ from roll_agentic.train.rollout_wait import EVERY_S, RolloutWaitReporter
 from roll_agentic.train.step_guard import StepGuard
 from roll_agentic.train.step_metrics import rollout_metrics
 from roll_agentic.train.termination import SigtermAsInterrupt
-from roll_agentic.train.trainer import PolicyTrainer, samples_from_groups
+from roll_agentic.train.trainer import samples_from_groups
 from roll_agentic.train.weight_sync import WeightPublisher
 
-
-def resolve_model_path(cfg: Config) -> str:
-    if cfg.model.path:
-        p = Path(cfg.model.path)
-        if not (p / "config.json").exists():
-            raise FileNotFoundError(f"model.path={cfg.model.path!r} is not a Hugging Face checkpoint "
-                                    "(no config.json); point it at a local model directory")
-        return str(p.resolve())
-    from roll_agentic.model.tiny import ensure_tiny_model
-
-    return str(ensure_tiny_model(cfg.model.tiny_dir).resolve())
-
-
 STREAM_FROM = 0.2  # start streaming gradients once this share of a round's groups is done
-
-
-def make_trainer(model_path: str, cfg: Config):
-    """In process for one CPU worker; Ray workers with torch.distributed otherwise."""
-    if trainer_in_process(cfg):
-        return PolicyTrainer(model_path, cfg.trainer, cfg.algo, cfg.engine.temperature, cfg.engine.top_p)
-    from roll_agentic.train.parallel import DataParallelTrainer
-
-    return DataParallelTrainer(model_path, cfg.trainer, cfg.algo, cfg.engine.temperature,
-                               collective_timeout_s=cfg.trainer.collective_timeout_s, top_p=cfg.engine.top_p)
-
-
-def resolve_run_dir(cfg: Config) -> Path:
-    root = Path(cfg.output_dir)
-    if cfg.trainer.resume and not cfg.run_name:
-        runs = sorted((p for p in root.glob("*") if latest_checkpoint(p / "checkpoints")),
-                      key=lambda p: p.stat().st_mtime)
-        if not runs:
-            raise FileNotFoundError(f"trainer.resume=true but no run under {root}/ has a checkpoint; "
-                                    "pass run_name=<run> or start without resume")
-        return runs[-1]
-    name = cfg.run_name or dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = root / name
-    if cfg.trainer.resume and latest_checkpoint(run_dir / "checkpoints") is None:
-        # Said only once Ray, the engines and the trainer had started (minutes with vLLM),
-        # for a run_name with a typo as for a run stopped before its first checkpoint.
-        raise FileNotFoundError(f"trainer.resume=true but {run_dir}/checkpoints has no complete checkpoint; "
-                                "check run_name, or start without resume")
-    if not cfg.trainer.resume and latest_checkpoint(run_dir / "checkpoints") is not None:
-        # A fresh run there would prune its own new checkpoints in favour of the old
-        # run's higher steps, and a later resume would load the old run.
-        raise RuntimeError(f"{run_dir} already holds a run's checkpoints: pass trainer.resume=true to "
-                           "continue it, or another run_name (none: a new timestamped one)")
-    return run_dir
-
-
-def start_rewards(cfg: Config, run_dir: Path) -> tuple[object | None, str]:
-    """(local emulator or None, endpoint) for serverless rewards; (None, "") for local ones."""
-    r = cfg.reward
-    if r.mode != "serverless":
-        return None, ""
-    from roll_agentic.reward.service import LocalServerless, deploy_rewards
-
-    service = None
-    if r.endpoint_url:
-        endpoint = r.endpoint_url
-    else:
-        service = LocalServerless()
-        endpoint = service.start(run_dir / "serverless")
-    try:
-        deploy_rewards(endpoint, sorted({t.reward for t in cfg.tasks}), r)
-    except BaseException:
-        if service is not None:  # not handed to the caller yet: nobody else would stop it
-            service.stop()
-        raise
-    return service, endpoint
-
-
-def spawn_rollout_workers(cfg: Config, model_path: str, engines: list, router, buffer,
-                          reward_endpoint: str) -> list:
-    """The job's RolloutWorker actors over `engines` (also used by the multiplexer's jobs)."""
-    env_place = placement(cfg.envs.resources, cfg.envs.num_cpus, cfg.envs.num_cpus)
-    worker_cls = ray.remote(**env_place.options())(RolloutWorker)
-    return [worker_cls.remote(i, cfg.tasks, model_path, engines, router, buffer, cfg.algo.alpha,
-                              cfg.engine.temperature, cfg.engine.top_p, cfg.engine.max_model_len, cfg.reward,
-                              reward_endpoint, cfg.rollout.groups_in_flight, cfg.rollout.env_step_timeout_s,
-                              cfg.rollout.generate_timeout_s)
-            for i in range(cfg.rollout.num_workers)]
 
 
 ENGINE_SEED_STRIDE = 10_007  # engine seeds after a resume at step k: seed + stride * k + engine index
@@ -185,17 +109,7 @@ class TrainingJob:
                 self.engine_pools.append(pool.name)
         ray.get([e.ping.remote() for e in self.engines])
         self.router = ray.remote(num_cpus=0)(Router).remote(**router_kwargs(cfg))
-        shares = [TaskShare(t.name, t.weight, t.group_size) for t in cfg.tasks]
-        if cfg.rollout.mode == "tail_batching":
-            from roll_agentic.rollout.tail_batching import TailBatchingBuffer
-
-            self.buffer = ray.remote(num_cpus=0)(TailBatchingBuffer).remote(
-                shares, cfg.algo.groups_per_step, cfg.trainer.seed, cfg.rollout.eta, cfg.rollout.eta_responses,
-                cfg.rollout.fill_long_rounds)
-        else:
-            self.buffer = ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
-                shares, cfg.algo.groups_per_step, cfg.algo.alpha, cfg.trainer.seed,
-                prepare_ahead=cfg.rollout.prepare_next_step, drop_no_signal=cfg.rollout.drop_no_signal_groups)
+        self.buffer = new_buffer(cfg, self.run_dir)
         self.trainer = make_trainer(self.model_path, cfg)
         self.publisher = WeightPublisher(self.engines, self.run_name)
         self._maybe_resume()
@@ -286,7 +200,10 @@ class TrainingJob:
         while not (ready := ray.wait([ref, *self.worker_runs], num_returns=1, timeout=EVERY_S / 3)[0]):
             waiting.tick()  # a line now and then, should the wait be long or episodes fail
         if ref in ready:
-            return ray.get(ref)
+            try:
+                return ray.get(ref)
+            except RolloutFailing as err:  # the buffer gave up: its message, not Ray's traceback around it
+                raise getattr(err, "cause", err) from None
         stopped = ready[0]
         try:
             ray.get(stopped)

@@ -99,6 +99,9 @@ def test_local_client(tmp_path, monkeypatch):
     assert not raised.ok and raised.value is None and "KeyError" in raised.error
     assert not nan.ok and "not finite" in nan.error
     assert all(o.ok and o.value == 0.75 for o in slow)
+    # the reward's own bug recurs on every call: the buffer stops the run on a run of them at once
+    assert raised.deterministic and nan.deterministic and missing.deterministic
+    assert not ok.deterministic and not any(o.deterministic for o in slow)
     assert 0.55 < elapsed < 1.1  # 4 sleeps of 0.3 s two at a time
 
 
@@ -144,6 +147,8 @@ def test_serverless_failures_are_never_a_silent_zero(emulator):
     assert out["timeout"].retries == 1 and "Sandbox.Timedout" in out["timeout"].error
     assert "gave up after 2 attempts" in out["timeout"].error
     assert "JSON" in out["unserialisable"].error
+    # the function's own error recurs; the service's answers and time-outs may pass
+    assert {k for k, o in out.items() if o.deterministic} == {"raise", "nan", "text", "unserialisable"}
 
 
 def test_a_reward_slower_than_the_clients_timeout_but_within_its_own_succeeds(emulator):

@@ -205,3 +205,28 @@ def test_an_engine_asleep_past_the_request_limit_is_no_engine_failure(tiny_model
     assert counters_asleep["engine_failures"] == 0 and dropped_asleep == 0
     assert worker.counters["engine_failures"] == 0 and worker.engine_clients[0].timeouts == 0
     assert all(traj.status == "ok" and traj.restarts == 0 for traj in group)
+
+
+class ResetRaises(SlowCounter):
+    """`reset` fails: with a bug of its own (KeyError), or its simulator refusing the connection."""
+
+    def reset(self, *, seed=None, options=None):
+        if self.delay:  # env_kwargs delay != 0: the simulator is down
+            raise ConnectionRefusedError(111, "Connection refused")
+        return {}["level"]
+
+
+def test_an_env_failure_says_whether_a_re_roll_would_meet_it_again(tiny_model_path):
+    """Its own bug (or a broken contract) recurs, so the buffer stops the run at once on a
+    run of them; a refused connection may pass and gets rollout.max_failing_s."""
+    async def episode(delay, env):
+        engine, buffer, worker = _setup(tiny_model_path, alpha=0, delay=delay,
+                                        env=f"tests.rollout.test_worker_failures:{env}")
+        return await worker._episode(Ticket("g0", "count", 1, 2, 0), 0)
+
+    bug = asyncio.run(episode(0.0, "ResetRaises"))
+    down = asyncio.run(episode(1.0, "ResetRaises"))
+    contract = asyncio.run(episode(0.0, "ArraySuccess"))
+    assert bug.status == "env_failed" and bug.deterministic and "KeyError: 'level'" in bug.error
+    assert down.status == "env_failed" and not down.deterministic and "ConnectionRefusedError" in down.error
+    assert contract.status == "env_failed" and contract.deterministic

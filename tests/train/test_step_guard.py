@@ -10,7 +10,7 @@ import torch
 
 from roll_agentic.config import Config
 from roll_agentic.train.checkpoint import save_checkpoint
-from roll_agentic.train.job import resolve_run_dir
+from roll_agentic.train.job_setup import resolve_run_dir
 from roll_agentic.train.step_guard import StepGuard
 
 

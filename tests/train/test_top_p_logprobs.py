@@ -79,7 +79,7 @@ def test_trainer_logprobs_equal_the_engines_on_the_sampling_weights(tiny_model_p
 
 def test_job_hands_top_p_to_the_trainer(tiny_model_path):
     from roll_agentic.config import Config
-    from roll_agentic.train.job import make_trainer
+    from roll_agentic.train.job_setup import make_trainer
 
     cfg = Config()
     cfg.engine.top_p, cfg.engine.temperature = 0.7, 0.8

@@ -1,0 +1,128 @@
+"""The parts a training job is built from, shared by `roll-agentic train`
+(train/job.py) and the multiplexer's jobs (mux/job_runner.py): the model,
+the trainer, the run folder, the reward service, the trajectory buffer and
+the rollout workers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import ray
+
+from roll_agentic.config import Config
+from roll_agentic.engine.placement import placement
+from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
+from roll_agentic.rollout.worker import RolloutWorker
+from roll_agentic.train.checkpoint import latest_checkpoint
+from roll_agentic.train.resource_check import trainer_in_process
+from roll_agentic.train.trainer import PolicyTrainer
+
+
+def resolve_model_path(cfg: Config) -> str:
+    if cfg.model.path:
+        p = Path(cfg.model.path)
+        if not (p / "config.json").exists():
+            raise FileNotFoundError(f"model.path={cfg.model.path!r} is not a Hugging Face checkpoint "
+                                    "(no config.json); point it at a local model directory")
+        return str(p.resolve())
+    from roll_agentic.model.tiny import ensure_tiny_model
+
+    return str(ensure_tiny_model(cfg.model.tiny_dir).resolve())
+
+
+def make_trainer(model_path: str, cfg: Config):
+    """In process for one CPU worker; Ray workers with torch.distributed otherwise."""
+    if trainer_in_process(cfg):
+        return PolicyTrainer(model_path, cfg.trainer, cfg.algo, cfg.engine.temperature, cfg.engine.top_p)
+    from roll_agentic.train.parallel import DataParallelTrainer
+
+    return DataParallelTrainer(model_path, cfg.trainer, cfg.algo, cfg.engine.temperature,
+                               collective_timeout_s=cfg.trainer.collective_timeout_s, top_p=cfg.engine.top_p)
+
+
+def resolve_run_dir(cfg: Config) -> Path:
+    root = Path(cfg.output_dir)
+    if cfg.trainer.resume and not cfg.run_name:
+        runs = sorted((p for p in root.glob("*") if latest_checkpoint(p / "checkpoints")),
+                      key=lambda p: p.stat().st_mtime)
+        if not runs:
+            raise FileNotFoundError(f"trainer.resume=true but no run under {root}/ has a checkpoint; "
+                                    "pass run_name=<run> or start without resume")
+        return runs[-1]
+    name = cfg.run_name or dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = root / name
+    if cfg.trainer.resume and latest_checkpoint(run_dir / "checkpoints") is None:
+        # Said only once Ray, the engines and the trainer had started (minutes with vLLM),
+        # for a run_name with a typo as for a run stopped before its first checkpoint.
+        raise FileNotFoundError(f"trainer.resume=true but {run_dir}/checkpoints has no complete checkpoint; "
+                                "check run_name, or start without resume")
+    if not cfg.trainer.resume and latest_checkpoint(run_dir / "checkpoints") is not None:
+        # A fresh run there would prune its own new checkpoints in favour of the old
+        # run's higher steps, and a later resume would load the old run.
+        raise RuntimeError(f"{run_dir} already holds a run's checkpoints: pass trainer.resume=true to "
+                           "continue it, or another run_name (none: a new timestamped one)")
+    return run_dir
+
+
+def start_rewards(cfg: Config, run_dir: Path) -> tuple[object | None, str]:
+    """(local emulator or None, endpoint) for serverless rewards; (None, "") for local ones."""
+    r = cfg.reward
+    if r.mode != "serverless":
+        return None, ""
+    from roll_agentic.reward.service import LocalServerless, deploy_rewards
+
+    service = None
+    if r.endpoint_url:
+        endpoint = r.endpoint_url
+    else:
+        service = LocalServerless()
+        endpoint = service.start(run_dir / "serverless")
+    try:
+        deploy_rewards(endpoint, sorted({t.reward for t in cfg.tasks}), r)
+    except BaseException:
+        if service is not None:  # not handed to the caller yet: nobody else would stop it
+            service.stop()
+        raise
+    return service, endpoint
+
+
+def task_shares(cfg: Config, run_dir: Path) -> list[TaskShare]:
+    """The buffer's view of the tasks: shares, and what a run stopped by failures says to check."""
+    from roll_agentic.reward.reward_ref import function_stem
+
+    serverless = cfg.reward.mode == "serverless"
+    # The run's own emulator keeps its functions' logs there (start_rewards); another service, its own place.
+    state_dir = str(run_dir / "serverless") if serverless and not cfg.reward.endpoint_url else ""
+    return [TaskShare(t.name, t.weight, t.group_size, t.env_id, dict(t.env_kwargs), t.reward,
+                      cfg.reward.function_prefix + function_stem(t.reward) if serverless else "", state_dir)
+            for t in cfg.tasks]
+
+
+def spawn_rollout_workers(cfg: Config, model_path: str, engines: list, router, buffer,
+                          reward_endpoint: str) -> list:
+    """The job's RolloutWorker actors over `engines` (also used by the multiplexer's jobs)."""
+    env_place = placement(cfg.envs.resources, cfg.envs.num_cpus, cfg.envs.num_cpus)
+    worker_cls = ray.remote(**env_place.options())(RolloutWorker)
+    return [worker_cls.remote(i, cfg.tasks, model_path, engines, router, buffer, cfg.algo.alpha,
+                              cfg.engine.temperature, cfg.engine.top_p, cfg.engine.max_model_len, cfg.reward,
+                              reward_endpoint, cfg.rollout.groups_in_flight, cfg.rollout.env_step_timeout_s,
+                              cfg.rollout.generate_timeout_s)
+            for i in range(cfg.rollout.num_workers)]
+
+
+def new_buffer(cfg: Config, run_dir: Path, multiplexed: bool = False):
+    """The job's trajectory buffer actor. A multiplexed job rolls out only inside its rollout
+    phases, so it takes neither tail batching nor tickets issued ahead of the next step."""
+    shares = task_shares(cfg, run_dir)
+    if cfg.rollout.mode == "tail_batching" and not multiplexed:
+        from roll_agentic.rollout.tail_batching import TailBatchingBuffer
+
+        return ray.remote(num_cpus=0)(TailBatchingBuffer).remote(
+            shares, cfg.algo.groups_per_step, cfg.trainer.seed, cfg.rollout.eta, cfg.rollout.eta_responses,
+            cfg.rollout.fill_long_rounds, max_failing_s=cfg.rollout.max_failing_s)
+    return ray.remote(num_cpus=0)(TrajectoryBuffer).remote(
+        shares, cfg.algo.groups_per_step, cfg.algo.alpha, cfg.trainer.seed,
+        prepare_ahead=cfg.rollout.prepare_next_step and not multiplexed,
+        drop_no_signal=cfg.rollout.drop_no_signal_groups, max_failing_s=cfg.rollout.max_failing_s)
