@@ -62,6 +62,11 @@ def refusal(cfg: Config, model_path: str, pool_model_path: str, m: MuxConfig) ->
     if cfg.algo.alpha != 0:
         return ("algo.alpha must be 0 (algo=sync): phases are synchronous, a job's rollout uses exactly the "
                 "weights its last train phase wrote, and no ticket may stay open across another job's phase")
+    if cfg.rollout.mode != "async":
+        # A long round spans several steps' rollouts: it cannot fit in one held rollout phase.
+        return (f"rollout.mode must be async (not {cfg.rollout.mode!r}): a tail-batching long round spans "
+                "several steps, and a multiplexed job's rollout ends with its phase; run it with "
+                "`roll-agentic train` instead")
     if cfg.trainer.num_workers != 1 or cfg.trainer.resources:
         return "trainer.num_workers must be 1: a training node here is one trainer process"
     problem = task_problem(cfg.tasks, cfg.reward.mode, cfg.rollout.env_step_timeout_s)

@@ -107,6 +107,9 @@ def test_refusals_name_their_reason(tiny_model_path):
     m = MuxConfig(residency_budget_bytes=1 << 30)
     assert admission.refusal(_job_cfg(), tiny_model_path, tiny_model_path, m) == ""
     assert "algo.alpha" in admission.refusal(_job_cfg(alpha=1), tiny_model_path, tiny_model_path, m)
+    tail = _job_cfg()
+    tail.rollout.mode = "tail_batching"
+    assert "rollout.mode must be async" in admission.refusal(tail, tiny_model_path, tiny_model_path, m)
     need = admission.estimated_state_bytes(tiny_model_path, _job_cfg())
     small = MuxConfig(residency_budget_bytes=need - 1)
     why = admission.refusal(_job_cfg(), tiny_model_path, tiny_model_path, small)
