@@ -14,6 +14,8 @@ the yaml names the pools and the jobs (see conf/mux/two_tiny.yaml):
   roll-agentic mux run conf/mux/two_tiny.yaml             # solo baseline, then multiplexed
   roll-agentic mux run conf/mux/two_tiny.yaml --no-solo   # multiplexed only
   roll-agentic mux run conf/mux/two_tiny.yaml --serve     # stay up for `mux submit`
+  roll-agentic mux run conf/mux/two_tiny.yaml --resume    # go on from the newest run's checkpoints
+Ctrl-C or SIGTERM stops every job with its newest step checkpointed; --resume goes on from there.
 `mux run` stays in the foreground: the multiplexer actor lives as long as it does.
 Output: <output_dir>/<name>-<time>/ with mux_summary.json, mux_gantt.png and jobs/<job>/."""
 
@@ -29,19 +31,22 @@ def _load_jobs(path: str):
 def _cmd_run(args: argparse.Namespace) -> int:
     from roll_agentic.config import ConfigError
     from roll_agentic.mux.mux_config import load_mux_config
-    from roll_agentic.mux.session import compose_job, run_session
+    from roll_agentic.mux.session import compose_job, run_session, run_to_resume
     from roll_agentic.train.termination import EXIT_CODE as TERMINATED_EXIT_CODE
     from roll_agentic.train.termination import Terminated
 
     try:
         m = load_mux_config(args.config)
         jobs = [(s, compose_job(s)) for s in m.jobs]
+        if args.resume and args.run_name:
+            raise ConfigError("--resume names the run to go on with: drop --run-name")
+        run_name = run_to_resume(m, args.resume).name if args.resume else args.run_name
     except (ConfigError, FileNotFoundError) as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
     try:
         run_session(m, jobs, solo_baseline=not args.no_solo, serve=args.serve, status_every_s=args.status_every,
-                    quiet=args.quiet, run_name=args.run_name)
+                    quiet=args.quiet, run_name=run_name, resume=bool(args.resume), config_path=args.config)
     except Terminated:  # a job scheduler's SIGTERM: the same clean-up as Ctrl-C
         print("terminated (SIGTERM)", file=sys.stderr)
         return TERMINATED_EXIT_CODE
@@ -168,6 +173,9 @@ def add_parser(subparsers) -> None:
     r.add_argument("--status-every", type=positive, default=15.0, help="seconds between status prints")
     r.add_argument("--quiet", action="store_true", help="no periodic status")
     r.add_argument("--run-name", default="", help="run dir name under output_dir (default: <name>-<time>)")
+    r.add_argument("--resume", nargs="?", const="latest", default="", metavar="RUN",
+                   help="go on with a stopped run (its name under output_dir, or its path; alone: the newest): "
+                        "each job continues from its checkpoint there; no solo baseline")
     r.set_defaults(func=_cmd_run)
 
     s = sub.add_parser("submit", help="add job(s) to the running multiplexer")

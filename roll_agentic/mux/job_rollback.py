@@ -130,7 +130,7 @@ class TrainerLossRecovery:
                 if int(p.name.removeprefix("weights_v").split(".")[0]) > to:
                     p.unlink()
         self.version = self.record.step = to
-        del self.record.step_ends[to:]
+        del self.record.step_ends[max(0, to - self.record.resumed_from):]  # one end per step since the start
         if self._held_row is not None and self._held_row[0] > to:  # a step rolled back is taken again
             self._held_row = None
         self._groups, self._rolled_back = [], True

@@ -37,6 +37,7 @@ from roll_agentic.mux.actor_calls import on_current_slot, pin_actors
 from roll_agentic.mux.job_evaluation import HeldEvaluation
 from roll_agentic.mux.job_rollback import TrainerLossRecovery
 from roll_agentic.mux.job_state import JobRecord
+from roll_agentic.mux.job_stop import StopAndResume
 from roll_agentic.mux.phase_board import PhaseBoard
 from roll_agentic.mux.phase_waits import JobFailed, await_batch, drain
 from roll_agentic.mux.profile import PhaseKind
@@ -54,7 +55,7 @@ async def _engine_stats(engines: list) -> list[dict]:
     return list(await asyncio.gather(*(e.stats.remote() for e in engines)))
 
 
-class JobRunner(HeldEvaluation, TrainerLossRecovery):
+class JobRunner(HeldEvaluation, TrainerLossRecovery, StopAndResume):
     def __init__(self, cfg: Config, record: JobRecord, board: PhaseBoard, engines: dict[str, list],
                  slots: dict[str, object], phase_timeout_s: float, rollout_cpus: Sequence[int] = (),
                  on_trainer_lost: Callable[[str, str, str], Awaitable[None]] | None = None,
@@ -107,6 +108,7 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery):
         self.router = ray.remote(num_cpus=0)(Router).remote(**router_kwargs(cfg))
         self.buffer = self._new_buffer()
         self._log = MetricsLog(self.run_dir, cfg.telemetry.tensorboard)
+        await self.resume_from_checkpoint()  # trainer.resume: from its checkpoint (job_stop.py)
         self.slot_args = (model_path, cfg.trainer, cfg.algo, cfg.engine.temperature, str(self.run_dir / "checkpoints"),
                           cfg.engine.top_p)
         await asyncio.gather(*(on_current_slot(self.slots, n, lambda s: s.register.remote(self.name, *self.slot_args))
@@ -231,7 +233,7 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery):
             raise JobFailed(f"isolation check: turns served by weight versions {sorted(bad)}, expected {self.version}")
         if self.version:
             Path(self._weights_path(self.version)).unlink(missing_ok=True)  # the engines hold it now
-        self._groups = groups
+        self._groups, self.untrained_batch = groups, True
         # rollout_s is the whole phase as held, an evaluation in it included.
         self._phase = {"step_t0": step_t0, "rollout_wait_s": wait_s, "rollout_s": time.perf_counter() - t0,
                        "load_s": load_s, "eval_s": eval_s}
@@ -248,6 +250,7 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery):
         """One optimizer step under the trainer permit; returns the switch record."""
         kind = "probe-train" if probe else "train"
         self.record.phase = f"waiting {kind}"
+        self.training = True  # until its step is logged (`sync`): a stop lets it finish (job_stop.py)
         async with self._hold(kind, [node]) as wait_s:
             if self.rollback_reason and not probe:
                 return await self._roll_back(node)
@@ -268,6 +271,7 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery):
                     samples = samples_from_groups(self._groups, self.cfg.algo.adv_eps, self.cfg.algo.advantage)
                     train_m = await slot.train.remote(self.name, samples)
                     self.version += 1
+                    self.untrained_batch = False
                     t2 = time.perf_counter()
                     write_s = await slot.write_weights.remote(self.name, self._weights_path(self.version))
                     if park:
@@ -278,7 +282,8 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery):
                         waiting_on = "trainer"
                         await slot.park.remote(self.name, self.version, run_state, self.cfg.trainer.keep_checkpoints)
                         self.state_node = None  # in its checkpoint only
-                    elif self.version % self.cfg.trainer.save_every == 0 or self.version == self.cfg.trainer.total_steps:
+                    elif (self.version % self.cfg.trainer.save_every == 0 or self.stop_requested
+                          or self.version == self.cfg.trainer.total_steps):
                         waiting_on = "buffer"
                         run_state = await self._run_state()
                         waiting_on = "trainer"
@@ -315,8 +320,9 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery):
         ckpt = latest_checkpoint(self.run_dir / "checkpoints")
         return ckpt is not None and ckpt.name == f"step_{self.version:06d}"
 
-    async def _run_state(self) -> dict:
-        state = await self.buffer.export_state.remote()
+    async def _run_state(self, untrained: bool = False) -> dict:
+        # untrained: the batch taken since the last advance goes back into the stream (a stop mid-step).
+        state = await self.buffer.export_state.remote(untrained)
         # A solo run advances its buffer at sync time; here advance waits for the job's
         # next rollout permit (so no ticket opens while other weights are loaded), so the
         # checkpoint records the state the advance will produce, and resumes like a solo one.
@@ -330,6 +336,12 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery):
 
     async def sync(self) -> dict[str, float]:
         """After the train phase: no device held; the step's metrics are logged."""
+        try:
+            return await self._log_step()
+        finally:
+            self.training = False  # the step is whole: a stop may cancel the job from here
+
+    async def _log_step(self) -> dict[str, float]:
         if self._rolled_back:  # no step was taken: the next rollout starts from the checkpoint
             self._rolled_back = False
             return {}
@@ -376,6 +388,9 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery):
                     await self.rollout(rollout_nodes, probe=True)
                     await self.train(train_node, probe=True, park=i == steps - 1)
                     await self.sync()
+                    if self.stop_requested:  # saved while the probe still holds its nodes
+                        await self.checkpoint_for_stop()
+                        return dict(self.record.profile)
                 if self.version >= self.cfg.trainer.total_steps:  # a job no longer than its probe
                     await self.evaluate_last()
             finally:
@@ -396,6 +411,8 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery):
         finished: PhaseKind | None = None
         while self.version < self.cfg.trainer.total_steps:
             for kind, nodes in next_phases(finished):
+                if self.stop_requested and not self.training:  # stopped with its step whole (job_stop.py)
+                    return
                 if kind is PhaseKind.ROLLOUT:
                     await self.rollout(nodes)
                 elif kind is PhaseKind.TRAIN:
@@ -405,7 +422,8 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery):
                 finished = kind
         if finished is PhaseKind.TRAIN:  # the last step's metrics
             await self.sync()
-        await self.evaluate_last()
+        if not self.stop_requested:
+            await self.evaluate_last()
         self.record.phase = ""
 
     async def close(self) -> None:

@@ -15,10 +15,11 @@ class JobState(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     REFUSED = "refused"  # can never run here (e.g. its state exceeds the residency budget)
+    STOPPED = "stopped"  # `mux run` stopped (Ctrl-C, SIGTERM): checkpointed, `mux run --resume` goes on
 
     @property
     def final(self) -> bool:
-        return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED, JobState.REFUSED)
+        return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED, JobState.REFUSED, JobState.STOPPED)
 
 
 @dataclass
@@ -42,6 +43,7 @@ class JobRecord:
     group: int | None = None
     nodes: list[str] = field(default_factory=list)
     step: int = 0
+    resumed_from: int = 0  # the checkpoint's step it went on from (`mux run --resume`); 0: from the start
     submitted_at: float = 0.0  # board seconds
     finished_at: float = 0.0
     profile: dict[str, float] = field(default_factory=dict)  # worst-case roll_s/train_s/sync_s, bytes
@@ -109,6 +111,8 @@ def format_status(snapshot: dict) -> str:
             to = f"its checkpoint of step {pending['to_step']}" if pending["to_step"] else "step 0 (no checkpoint)"
             doing = "rolling back" if j.get("phase") == "rolling back" else "waiting to roll back"
             line += f"  {doing} to {to} ({pending['why']})"
+        if j.get("resumed_from"):
+            line += f"  resumed from step {j['resumed_from']}"
         if j.get("rollbacks"):
             line += f"  rolled back {len(j['rollbacks'])}x (last: {j['rollbacks'][-1]})"
         if j.get("reason"):

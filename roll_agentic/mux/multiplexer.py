@@ -11,7 +11,10 @@ slots, roll_agentic/mux/trainer_slot.py), and for each submitted job:
    Jobs waiting together are placed together (roll_agentic/mux/placement_desk.py);
 4. runs it in round robin inside its group (roll_agentic/mux/job_runner.py);
 5. on the end, failure or cancellation of a job: releases its permits, its
-   residency and its nodes, and retries the queue; the others go on.
+   residency and its nodes, and retries the queue; the others go on;
+6. on `stop` (Ctrl-C or SIGTERM on `mux run`): every job ends at its next
+   safe point with its newest step checkpointed, for `mux run --resume`
+   (roll_agentic/mux/job_stop.py).
 
 The actor is named (`ACTOR_NAME` in `NAMESPACE`) and not detached: it lives
 as long as the `roll-agentic mux run` process that created it, which also
@@ -40,7 +43,9 @@ from roll_agentic.mux.phase_board import PhaseBoard
 from roll_agentic.mux.placement import RollMuxPolicy
 from roll_agentic.mux.placement_desk import PlacementDesk
 from roll_agentic.mux.profile import PhaseKind, Pool
+from roll_agentic.mux.rollback_mark import checkpoint_step
 from roll_agentic.mux.trainer_slot import TrainerSlot
+from roll_agentic.train.checkpoint import latest_checkpoint
 
 ACTOR_NAME = "roll-agentic-mux"
 NAMESPACE = "roll-agentic"
@@ -66,6 +71,7 @@ class Multiplexer:
         self._changed: asyncio.Condition | None = None
         self._started = False
         self._failing: set[str] = set()  # jobs the multiplexer ends for a fault (shown failed, not cancelled)
+        self._stopping = False  # `stop` was called: jobs end checkpointed, none is admitted
 
     async def start(self) -> bool:
         """Builds the pools: engines per rollout node, one trainer process per training node."""
@@ -151,13 +157,15 @@ class Multiplexer:
                 self.tasks[name].cancel()
 
     # -- submission -------------------------------------------------------------------------
-    def _job_config(self, cfg: Config, name: str, engines: int) -> Config:
+    def _job_config(self, cfg: Config, name: str, engines: int, resume: bool = False) -> Config:
         cfg = copy.deepcopy(cfg)
         # A name submitted again (or a run directory used again) gets a directory of its
         # own: in the earlier one's, the trainer found that run's checkpoint and resumed it
-        # against engines serving the initial weights.
+        # against engines serving the initial weights. Unless resumed (`mux run --resume`):
+        # then the job goes on from the checkpoint there (job_stop.py).
         jobs, run_name, n = self.run_dir / "jobs", name, 1
-        while (jobs / run_name).exists():
+        cfg.trainer.resume = resume and latest_checkpoint(jobs / name / "checkpoints") is not None
+        while (jobs / run_name).exists() and not cfg.trainer.resume:
             n += 1
             run_name = f"{name}-{n}"
         cfg.output_dir, cfg.run_name = str(jobs), run_name
@@ -168,14 +176,17 @@ class Multiplexer:
             t.pool = "default"
         return validate(cfg)
 
-    async def submit(self, cfg: Config, spec: JobSpec) -> dict:
+    async def submit(self, cfg: Config, spec: JobSpec, resume: bool = False) -> dict:
+        """Adds a job. `resume`: it goes on from its checkpoint in this run directory, if it has one."""
         from roll_agentic.train.job_setup import resolve_model_path
 
+        if self._stopping:
+            raise ValueError(f"the multiplexer is stopping: job {spec.name!r} not taken")
         if spec.name in self.records and not self.records[spec.name].state.final:
             raise ValueError(f"job {spec.name!r} is already here ({self.records[spec.name].state})")
         if spec.name in self.tasks and not self.tasks[spec.name].done():
             raise ValueError(f"job {spec.name!r} is still closing; submit it again in a moment")
-        cfg = self._job_config(cfg, spec.name, self.m.engines_per_node)
+        cfg = self._job_config(cfg, spec.name, self.m.engines_per_node, resume)
         rec = JobRecord(spec.name, spec.slo, cfg.trainer.total_steps, str(Path(cfg.output_dir) / cfg.run_name),
                         submitted_at=self.board.now())
         self.records[spec.name] = rec
@@ -217,7 +228,12 @@ class Multiplexer:
         try:
             rollout_nodes, train_node = self._probe_nodes()
             await runner.setup(model_path, train_node, rollout_nodes)
+            if runner.version >= cfg.trainer.total_steps:  # resumed from its last step's checkpoint
+                rec.state = JobState.DONE
+                return
             prof = await runner.probe(rollout_nodes, train_node, self.m.profile_margin, self.m.profile_steps)
+            if runner.stop_requested:  # its probe saved the step in hand
+                return await self._stopped(rec, runner)
             if runner.version >= cfg.trainer.total_steps:  # a job shorter than its probe
                 rec.state = JobState.DONE
                 return
@@ -240,10 +256,14 @@ class Multiplexer:
             placed = True
             rec.state, rec.reason = JobState.RUNNING, ""
             await runner.run(lambda finished: self._next_phases(rec.name, finished))
+            if runner.version < cfg.trainer.total_steps:  # `stop`: its step whole and saved
+                return await self._stopped(rec, runner)
             rec.state = JobState.DONE
         except asyncio.CancelledError:
             failed = rec.name in self._failing  # ended by the multiplexer for a fault, not cancelled
             self._failing.discard(rec.name)
+            if self._stopping and not failed:  # before `_leave` below drops its state from host memory
+                return await self._stopped(rec, runner)
             rec.state = JobState.FAILED if failed else JobState.CANCELLED
             rec.reason = rec.reason or "cancelled"
         except Exception as err:  # the job fails; the pools and the other jobs go on
@@ -253,6 +273,18 @@ class Multiplexer:
             rec.pending_rollback = None  # a job cancelled or failed before its roll-back: none to come
             await self._leave(rec, placed or rec.name in self.book.job_group)  # placed by another waiter
             await runner.close()
+
+    async def _stopped(self, rec: JobRecord, runner: JobRunner) -> None:
+        """The job ends for `stop`, its newest whole step checkpointed (job_stop.py)."""
+        try:
+            step = await asyncio.wait_for(runner.checkpoint_for_stop(), self.m.phase_timeout_s)
+            failed = ""
+        except Exception as err:  # noqa: BLE001 - its earlier checkpoints still stand
+            step = checkpoint_step(latest_checkpoint(runner.run_dir / "checkpoints"))
+            failed = f"; saving step {runner.version} failed ({type(err).__name__}: {err})"
+        rec.state = JobState.STOPPED
+        saved = f"its checkpoint of step {step}" if step else "no checkpoint (it starts over)"
+        rec.reason = f"stopped at step {runner.version}{failed}; `mux run --resume` goes on from {saved}"
 
     async def _place_waiting(self) -> None:
         """Place every waiting job that fits (together: `placement_desk.py`); wake the placed."""
@@ -295,6 +327,20 @@ class Multiplexer:
                 self._changed.notify_all()
 
     # -- control and status ------------------------------------------------------------------
+    async def stop(self, timeout_s: float | None = None) -> dict[str, dict]:
+        """Ends every job at its next safe point with its newest whole step checkpointed
+        (`mux run` on Ctrl-C or SIGTERM); returns each job's record. A job mid-step finishes
+        that step (bounded by its phase time-out); any other is cancelled at once."""
+        self._stopping = True
+        for name, task in self.tasks.items():
+            runner = self.runners.get(name)
+            if not task.done() and (runner is None or runner.request_stop()):
+                task.cancel()
+        pending = [t for t in self.tasks.values() if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_s or 2 * self.m.phase_timeout_s)
+        return {name: rec.to_dict() for name, rec in self.records.items()}
+
     async def cancel(self, name: str) -> bool:
         task = self.tasks.get(name)
         if task is None or task.done():

@@ -6,6 +6,8 @@ creates the named Multiplexer actor, writes `<output_dir>/current.json`
 the configured jobs and waits for them. With the solo baseline on (the
 default outside --serve) the same jobs first run one after the other, alone,
 through the same code in a fresh multiplexer, and the summary compares.
+Ctrl-C or SIGTERM stops every job with its newest step checkpointed, and
+`mux run --resume` goes on from there (`run_to_resume`, mux/job_stop.py).
 """
 
 from __future__ import annotations
@@ -67,6 +69,37 @@ def start_multiplexer(m: MuxConfig, run_dir: Path, replacing=None):
     return mux
 
 
+def run_to_resume(m: MuxConfig, which: str) -> Path:
+    """The run directory `mux run --resume WHICH` goes on in: `latest` (this yaml's newest
+    run), a run's name under `output_dir`, or its path."""
+    root = Path(m.output_dir)
+    if which == "latest":
+        runs = sorted((p for p in root.glob(f"{m.name}-*") if (p / "jobs").is_dir()),
+                      key=lambda p: (p / "jobs").stat().st_mtime)
+        if not runs:
+            raise FileNotFoundError(f"--resume: no run of {m.name!r} under {root}/ to go on from (a run is "
+                                    f"{root}/{m.name}-<time>/, with a jobs/ folder)")
+        return runs[-1]
+    run = Path(which) if Path(which).is_dir() else root / which
+    if not (run / "jobs").is_dir():
+        raise FileNotFoundError(f"--resume {which}: {run} is not a multiplexer run (no jobs/ folder in it); "
+                                f"`--resume` alone takes the newest run under {root}/")
+    if run.resolve().parent != root.resolve():
+        raise FileNotFoundError(f"--resume {which}: {run} is not under this yaml's output_dir ({root}/)")
+    return run
+
+
+def _stop_with_checkpoints(mux, why: str, resume_command: str) -> None:
+    """Ctrl-C or SIGTERM: every job stops with its newest step checkpointed (mux/job_stop.py)."""
+    print(f"{why}: stopping every job, each with its newest whole step checkpointed (a job mid-step finishes "
+          f"that step first); {why} again stops at once", flush=True)
+    jobs = ray.get(mux.stop.remote())
+    for name, j in jobs.items():
+        print(f"  {name:<14} {j['state']:<9} step {j['step']}/{j['total_steps']}  {j['reason']}", flush=True)
+    if any(j["state"] == "stopped" for j in jobs.values()):
+        print(f"to go on: {resume_command}", flush=True)
+
+
 def _wait(mux, names: list[str] | None, status_every_s: float, quiet: bool) -> None:
     last = 0.0
     while not ray.get(mux.wait.remote(names, 1.0)):
@@ -77,16 +110,18 @@ def _wait(mux, names: list[str] | None, status_every_s: float, quiet: bool) -> N
 
 def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline: bool = True,
                 serve: bool = False, status_every_s: float = 15.0, quiet: bool = False,
-                run_name: str = "") -> dict:
+                run_name: str = "", resume: bool = False, config_path: str = "<yaml>") -> dict:
+    """`resume`: the jobs go on from their checkpoints in run `run_name` (no solo baseline)."""
     from roll_agentic.cluster import init_ray
 
     run_dir = Path(m.output_dir) / (run_name or f"{m.name}-{dt.datetime.now():%Y%m%d-%H%M%S}")
     run_dir.mkdir(parents=True, exist_ok=True)  # an unwritable output_dir fails here, before Ray starts
     started = init_ray(RayConfig(num_cpus=m.ray_num_cpus))
     term = SigtermAsInterrupt().install()  # after ray.init, whose handler exits at once
+    multiplexed = None  # the multiplexer of the jobs themselves (not the solo baseline's)
     try:
         solo, mux = None, None
-        if solo_baseline and not serve:
+        if solo_baseline and not serve and not resume:
             print(f"solo baseline: {len(jobs)} job(s) one after the other, alone", flush=True)
             mux = start_multiplexer(m, run_dir / "solo")
             for spec, cfg in jobs:
@@ -94,7 +129,7 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
                 _wait(mux, [spec.name], status_every_s, quiet)
             solo = ray.get(mux.result.remote())
             ray.get(mux.shutdown.remote())
-        mux = start_multiplexer(m, run_dir, replacing=mux)
+        mux = multiplexed = start_multiplexer(m, run_dir, replacing=mux)
         address_file(m).parent.mkdir(parents=True, exist_ok=True)
         address_file(m).write_text(json.dumps({
             "address": ray.get_runtime_context().gcs_address, "namespace": NAMESPACE, "actor": ACTOR_NAME,
@@ -102,7 +137,7 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
         print(f"multiplexer {ACTOR_NAME} up; run dir {run_dir}; `roll-agentic mux status` / `mux submit`",
               flush=True)
         for spec, cfg in jobs:
-            ray.get(mux.submit.remote(cfg, spec))
+            ray.get(mux.submit.remote(cfg, spec, resume))
         _wait(mux, None, status_every_s, quiet)
         while serve:  # a long-lived multiplexer: jobs keep arriving through `mux submit`
             time.sleep(status_every_s)
@@ -118,6 +153,10 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
         print(f"summary: {run_dir / 'mux_summary.json'}  gantt: {run_dir / 'mux_gantt.png'}", flush=True)
         return {"run_dir": str(run_dir), "summary": summary, "status": status}
     except KeyboardInterrupt:
+        if multiplexed is not None:
+            with contextlib.suppress(KeyboardInterrupt):  # pressed again: stop at once
+                _stop_with_checkpoints(multiplexed, "SIGTERM" if term.received else "Ctrl-C",
+                                       f"roll-agentic mux run {config_path} --resume {run_dir}")
         if term.received:  # raised as a plain KeyboardInterrupt where ray.get was waiting
             raise Terminated from None
         raise

@@ -356,3 +356,27 @@ def test_status_says_the_live_slowdown_is_against_the_worst_case_profile():
                     step_ends=[0.0, 1.0, 2.0, 9.1, 16.2])
     snap = {"name": "m", "run_dir": "r", "uptime_s": 1.0, "jobs": [rec.to_dict()]}
     assert "slowdown 0.71x of profile / SLO 1.50x" in format_status(snap)
+
+
+def test_resume_finds_the_run_to_go_on_with_or_says_why_not(tmp_path):
+    from roll_agentic.mux.session import run_to_resume
+
+    m = MuxConfig(name="two", output_dir=str(tmp_path / "out"))
+    with pytest.raises(FileNotFoundError, match="no run of 'two' under"):
+        run_to_resume(m, "latest")
+    old, new = tmp_path / "out" / "two-20261101-000000", tmp_path / "out" / "two-20261102-000000"
+    for run in (old, new):
+        (run / "jobs").mkdir(parents=True)
+    (tmp_path / "out" / "two-notes").mkdir()  # no jobs/: not a run
+    import os
+
+    os.utime(old / "jobs", (1, 1))
+    assert run_to_resume(m, "latest") == new
+    assert run_to_resume(m, old.name) == old
+    assert run_to_resume(m, str(old)) == old
+    with pytest.raises(FileNotFoundError, match="not a multiplexer run"):
+        run_to_resume(m, "two-notes")
+    elsewhere = tmp_path / "elsewhere" / "two-1"
+    (elsewhere / "jobs").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="not under this yaml's output_dir"):
+        run_to_resume(m, str(elsewhere))
