@@ -161,3 +161,23 @@ def test_the_settings_a_resume_changes_are_listed_one_per_line(tmp_path, capsys)
     assert lines[0].startswith("resuming with ") and lines[0].endswith("(repeat the run's overrides to keep them):")
     assert "  trainer.total_steps: 3 -> 5" in lines and "  trainer.lr: 0.005 -> 1e-05" in lines and "  engine.backend: 'hf' -> 'auto'" in lines
     assert all(line.startswith("  ") for line in lines[1:])
+
+
+def test_a_reward_that_raises_on_every_episode_stops_the_run_at_once_naming_the_file(tmp_path, tiny_model_path):
+    """A bug of the task's own code recurs on every re-roll: the run stops after the first
+    16 groups, all failed so, naming the file to fix, instead of re-rolling for
+    rollout.max_failing_s (set to an hour here: the message says which stop it took)."""
+    from roll_agentic.train.job import train
+
+    task = ('tasks=[{name:guess,env_id:"envs.guess_number:GuessNumber",env_kwargs:{low:1,high:8},max_turns:2,'
+            'reward:tests.train.reward_failing_on_real_episodes,group_size:4,max_new_tokens:4}]')
+    cfg = load_config([f"output_dir={tmp_path}", "run_name=bug", "engine=hf", "reward=local", "trainer.total_steps=3",
+                       "algo.groups_per_step=2", "rollout.num_workers=1", "rollout.groups_in_flight=4",
+                       "rollout.max_failing_s=3600", "telemetry.progress=false", task])
+    with pytest.raises(RuntimeError) as info:
+        train(cfg)
+    message = str(info.value)
+    assert "every episode of the last 16 groups failed" in message, message
+    assert "KeyError: 'answer'" in message and "the run stops now" in message, message
+    assert "Fix tests/train/reward_failing_on_real_episodes.py" in message, message
+    assert not (tmp_path / "bug" / "checkpoints" / "latest").exists()  # no step was taken
