@@ -83,7 +83,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     failed = 0
     for spec, cfg in jobs:
         try:
-            rec = ray.get(mux.submit.remote(cfg, spec))
+            rec = ray.get(mux.submit.remote(cfg, spec, args.resume))
         except ray.exceptions.RayTaskError as err:  # the multiplexer refused it: say why, in one line
             cause = err.cause if isinstance(getattr(err, "cause", None), Exception) else err
             print(f"{spec.name}: not submitted: {cause}", file=sys.stderr)
@@ -180,6 +180,8 @@ def add_parser(subparsers) -> None:
 
     s = sub.add_parser("submit", help="add job(s) to the running multiplexer")
     s.add_argument("job", help="a yaml with one job (name, slo, overrides) or a `jobs:` list")
+    s.add_argument("--resume", action="store_true", help="a job stopped with its multiplexer goes on from its "
+                   "checkpoint in the run `mux run --resume` continues (else it starts afresh)")
     _where(s)
     s.set_defaults(func=_cmd_submit)
 

@@ -284,7 +284,8 @@ class Multiplexer:
             failed = f"; saving step {runner.version} failed ({type(err).__name__}: {err})"
         rec.state = JobState.STOPPED
         saved = f"its checkpoint of step {step}" if step else "no checkpoint (it starts over)"
-        rec.reason = f"stopped at step {runner.version}{failed}; `mux run --resume` goes on from {saved}"
+        rec.reason = (f"stopped at step {runner.version}{failed}; `mux run --resume` (`mux submit --resume` for a "
+                      f"job submitted so) goes on from {saved}")
 
     async def _place_waiting(self) -> None:
         """Place every waiting job that fits (together: `placement_desk.py`); wake the placed."""
