@@ -74,16 +74,17 @@ def run_to_resume(m: MuxConfig, which: str) -> Path:
     run), a run's name under `output_dir`, or its path."""
     root = Path(m.output_dir)
     if which == "latest":
-        runs = sorted((p for p in root.glob(f"{m.name}-*") if (p / "jobs").is_dir()),
-                      key=lambda p: (p / "jobs").stat().st_mtime)
+        runs = sorted((p for p in root.glob(f"{m.name}-*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
         if not runs:
             raise FileNotFoundError(f"--resume: no run of {m.name!r} under {root}/ to go on from (a run is "
-                                    f"{root}/{m.name}-<time>/, with a jobs/ folder)")
-        return runs[-1]
-    run = Path(which) if Path(which).is_dir() else root / which
+                                    f"{root}/{m.name}-<time>/)")
+        run = runs[-1]  # the newest, or an older run would be taken up unasked
+    else:
+        run = Path(which) if Path(which).is_dir() else root / which
     if not (run / "jobs").is_dir():
-        raise FileNotFoundError(f"--resume {which}: {run} is not a multiplexer run (no jobs/ folder in it); "
-                                f"`--resume` alone takes the newest run under {root}/")
+        raise FileNotFoundError(f"--resume {which}: {run} has no jobs to go on with (no jobs/ folder: not a "
+                                "multiplexer run, or one stopped during its solo baseline); name the run "
+                                "with `--resume RUN`, or start afresh")
     if run.resolve().parent != root.resolve():
         raise FileNotFoundError(f"--resume {which}: {run} is not under this yaml's output_dir ({root}/)")
     return run
@@ -153,7 +154,10 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
         print(f"summary: {run_dir / 'mux_summary.json'}  gantt: {run_dir / 'mux_gantt.png'}", flush=True)
         return {"run_dir": str(run_dir), "summary": summary, "status": status}
     except KeyboardInterrupt:
-        if multiplexed is not None:
+        if multiplexed is None:
+            print("stopped before the jobs were multiplexed (during the solo baseline or set-up): nothing to "
+                  "go on with; start again (--no-solo skips the baseline)", flush=True)
+        else:
             with contextlib.suppress(KeyboardInterrupt):  # pressed again: stop at once
                 _stop_with_checkpoints(multiplexed, "SIGTERM" if term.received else "Ctrl-C",
                                        f"roll-agentic mux run {config_path} --resume {run_dir}")

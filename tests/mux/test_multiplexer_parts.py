@@ -367,15 +367,18 @@ def test_resume_finds_the_run_to_go_on_with_or_says_why_not(tmp_path):
     old, new = tmp_path / "out" / "two-20261101-000000", tmp_path / "out" / "two-20261102-000000"
     for run in (old, new):
         (run / "jobs").mkdir(parents=True)
-    (tmp_path / "out" / "two-notes").mkdir()  # no jobs/: not a run
     import os
 
-    os.utime(old / "jobs", (1, 1))
+    os.utime(old, (1, 1))
     assert run_to_resume(m, "latest") == new
     assert run_to_resume(m, old.name) == old
     assert run_to_resume(m, str(old)) == old
-    with pytest.raises(FileNotFoundError, match="not a multiplexer run"):
-        run_to_resume(m, "two-notes")
+    # Stopped during its solo baseline: the newest run has no jobs/, and no older run is taken instead.
+    (tmp_path / "out" / "two-20261103-000000" / "solo").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="has no jobs to go on with"):
+        run_to_resume(m, "latest")
+    with pytest.raises(FileNotFoundError, match="has no jobs to go on with"):
+        run_to_resume(m, "two-20261103-000000")
     elsewhere = tmp_path / "elsewhere" / "two-1"
     (elsewhere / "jobs").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="not under this yaml's output_dir"):
