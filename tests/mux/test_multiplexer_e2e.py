@@ -243,27 +243,33 @@ def test_a_second_session_never_kills_the_multiplexer_running_on_its_cluster(ray
 def test_a_stopped_multiplexer_checkpoints_every_job_and_a_resumed_one_goes_on(ray_local, tiny_model_path, tmp_path):
     """`mux run` stopped (Ctrl-C, SIGTERM: `Multiplexer.stop`) mid-run, with no `save_every`
     checkpoint due: every job ends "stopped" with its newest whole step checkpointed (a
-    job mid-step finishes it; the others are cancelled and saved from host memory). A
-    new multiplexer on the same run directory, the jobs submitted with resume, takes each
-    on from there to its last step: each step logged once, sampled on the job's own
-    weights. Before, the steps since the last `save_every` were lost and a job could not
-    be continued at all."""
-    cfg, _ = _job("a", 8)
+    job mid-step finishes it; the others are cancelled and saved from host memory or, if
+    still queued, keep the checkpoint their probe parked). A new multiplexer on the same
+    run directory, the jobs submitted with resume, takes each on from there to its last
+    step: each step logged once, sampled on the job's own weights. Before, the steps since
+    the last `save_every` were lost and a job could not be continued at all."""
+    total = 10
+    cfg, _ = _job("a", total)
     m = MuxConfig(name="s", residency_budget_bytes=admission.estimated_state_bytes(tiny_model_path, cfg) * 4,
                   profile_margin=1.0, slo_headroom=0.0, warm_switch_s=0.0, phase_timeout_s=120.0)
-    jobs = [_job(name, 8, f"trainer.seed={seed}", "trainer.save_every=100") for name, seed in (("a", 1), ("b", 2))]
+    jobs = [_job(name, total, f"trainer.seed={seed}", "trainer.save_every=100") for name, seed in (("a", 1), ("b", 2))]
     mux = multiplexer_actor().remote(m, str(tmp_path), tiny_model_path)
     ray.get(mux.start.remote())
     for job_cfg, spec in jobs:
         ray.get(mux.submit.remote(job_cfg, spec))
 
-    def both_past_their_probe() -> bool:
-        return all(j["state"] == "running" and j["step"] >= 3 for j in ray.get(mux.status.remote())["jobs"])
+    def both_profiled_and_one_past_its_probe() -> bool:
+        # Both probed (2 steps each); on a busy machine their profiles may not fit one group,
+        # and the second then waits, queued, for the first to end: stop before that.
+        states = ray.get(mux.status.remote())["jobs"]
+        return (all(j["state"] in ("running", "queued") for j in states)
+                and any(j["state"] == "running" and j["step"] >= 3 for j in states))
 
-    _wait_for(both_past_their_probe)
+    _wait_for(both_profiled_and_one_past_its_probe)
     stopped = ray.get(mux.stop.remote())
+    assert max(j["step"] for j in stopped.values()) >= 3
     for j in stopped.values():
-        assert j["state"] == "stopped" and 3 <= j["step"] < 8, j
+        assert j["state"] == "stopped" and 2 <= j["step"] < total, j
         assert f"checkpoint of step {j['step']}" in j["reason"], j
         run = Path(j["run_dir"])
         assert (run / "checkpoints" / "latest").read_text() == f"step_{j['step']:06d}"
@@ -278,14 +284,14 @@ def test_a_stopped_multiplexer_checkpoints_every_job_and_a_resumed_one_goes_on(r
     ray.get(mux.start.remote())
     for job_cfg, spec in jobs:
         ray.get(mux.submit.remote(job_cfg, spec, True))
-    assert ray.get(mux.wait.remote(None, 300.0)), format_status(ray.get(mux.status.remote()))
+    assert ray.get(mux.wait.remote(None, 400.0)), format_status(ray.get(mux.status.remote()))
     for j in ray.get(mux.status.remote())["jobs"]:
         assert j["state"] == "done" and j["resumed_from"] == stopped[j["name"]]["step"], j
         run = Path(j["run_dir"])
         assert run == Path(stopped[j["name"]]["run_dir"])  # its own directory, gone on with
         rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-        assert [r["step"] for r in rows] == list(range(1, 9))
+        assert [r["step"] for r in rows] == list(range(1, total + 1))
         assert all(r["train/logprob_diff"] < 1e-3 for r in rows)  # sampled on its resumed weights
-        assert (run / "checkpoints" / "latest").read_text() == "step_000008"
+        assert (run / "checkpoints" / "latest").read_text() == f"step_{total:06d}"
     assert "resumed from step" in format_status(ray.get(mux.status.remote()))
     ray.get(mux.shutdown.remote())

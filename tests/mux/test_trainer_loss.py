@@ -172,7 +172,7 @@ def test_a_dead_buffer_in_a_train_phase_is_not_taken_for_a_dead_trainer(tmp_path
     class DeadBuffer:
         class export_state:  # noqa: N801 - stands for the actor method
             @staticmethod
-            def remote():
+            def remote(untrained=False):
                 f = asyncio.get_running_loop().create_future()
                 f.set_exception(ray.exceptions.ActorDiedError())
                 return f
