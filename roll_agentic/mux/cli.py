@@ -169,7 +169,7 @@ def add_parser(subparsers) -> None:
                        epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("config", help="conf/mux/<name>.yaml")
     r.add_argument("--no-solo", action="store_true", help="skip the solo baseline (slowdowns are then taken against each job's profiled solo iteration)")
-    r.add_argument("--serve", action="store_true", help="stay up after the listed jobs, for `mux submit` (Ctrl-C ends)")
+    r.add_argument("--serve", action="store_true", help="stay up after the listed jobs, for `mux submit` (Ctrl-C stops every job, checkpointed)")
     r.add_argument("--status-every", type=positive, default=15.0, help="seconds between status prints")
     r.add_argument("--quiet", action="store_true", help="no periodic status")
     r.add_argument("--run-name", default="", help="run dir name under output_dir (default: <name>-<time>)")
