@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 import uuid
 from typing import Any
 
 from envs.registry import make_text_env
-from roll_agentic import faults
 from roll_agentic.cluster import freeze_startup_heap
 from roll_agentic.config import RewardConfig, TaskConfig
-from roll_agentic.elastic_executor import ElasticExecutor
 from roll_agentic.engine.engine_client import (
     REQUEST_TIMEOUT_S,
     BatchingEngineClient,
@@ -31,36 +28,14 @@ from roll_agentic.engine.engine_client import (
 )
 from roll_agentic.engine.protocol import SamplingParams
 from roll_agentic.engine.router_client import CoalescingRouterClient
-from roll_agentic.failures import deterministic_error
 from roll_agentic.rollout.conversation import Conversation, chat_format_for
-from roll_agentic.rollout.env_contract import checked
+from roll_agentic.rollout.env_calls import EnvCalls, EnvFailure, PromptTooLong
 from roll_agentic.rollout.trajectory import Ticket, Trajectory, Turn, json_scalars
 
 log = logging.getLogger(__name__)
 
 MAX_RESTARTS = 3
 ENGINE_RETRY_S = 0.25  # first back-off after an engine failure; doubles per attempt
-ENV_THREADS = 256  # at most this many env calls run at once (a thread each when slow)
-# Env calls that never returned past their timeout each keep a thread (it cannot be
-# killed); past this many, calls of an env that left some fail at once, saying why.
-MAX_STUCK_ENV_THREADS = 64
-
-
-class EnvFailure(RuntimeError):
-    """An episode's env call failed. `deterministic`: the env's own code raised (or broke the
-    env contract), which a retry meets again; False for a time-out, which may pass (failures.py)."""
-
-    def __init__(self, message: str, deterministic: bool = False):
-        super().__init__(message)
-        self.deterministic = deterministic
-
-
-class PromptTooLong(EnvFailure):
-    """The first observation leaves no room for a reply: nothing to train on, and a retry
-    would meet the same prompt."""
-
-    def __init__(self, message: str):
-        super().__init__(message, deterministic=True)
 
 
 class Stale(Exception):
@@ -69,22 +44,6 @@ class Stale(Exception):
 
 class BufferStopped(Exception):
     """The buffer stopped before a held group's step opened: the group never starts."""
-
-
-def _contained(call: Any, name: str) -> Any:
-    """`call` with an env's sys.exit() (or a KeyboardInterrupt it raises) turned into an EnvFailure.
-
-    Raised in the env's thread and awaited, a SystemExit or KeyboardInterrupt is re-raised
-    by asyncio out of the event loop: one env's exit() ended the worker and every episode
-    on it, and the trainer waited forever for their groups."""
-    @functools.wraps(call)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return call(*args, **kwargs)
-        except (SystemExit, KeyboardInterrupt) as err:
-            raise EnvFailure(f"env call {name} raised {type(err).__name__}: {err}", deterministic=True) from None
-
-    return run
 
 
 class RolloutWorker:
@@ -113,10 +72,9 @@ class RolloutWorker:
         self.max_model_len = max_model_len
         self.reward_client = make_reward_client(reward_cfg, reward_endpoint)
         self.groups_in_flight = groups_in_flight
-        self.env_step_timeout_s = env_step_timeout_s
+        # every env call: off the loop, under the time limit, its failure contained (env_calls.py)
+        self.env_calls = EnvCalls(env_step_timeout_s)
         self._free_envs: dict[str, list[Any]] = {name: [] for name in self.tasks}
-        self._env_executor: ElasticExecutor | None = None  # made on first use, in the actor's loop
-        self._stuck_env_warned: set[str] = set()  # env calls whose first abandoned thread was logged
         self._closing: set[asyncio.Future] = set()  # closes of unhealthy envs under way (kept referenced)
         self._stop = False
         self._watched: dict[int, asyncio.Task] = {}  # engines this worker waits on to come back
@@ -148,9 +106,7 @@ class RolloutWorker:
                 break
             running.update({asyncio.ensure_future(self._run_group(t)): t for t in tickets})
         await asyncio.gather(*running)
-        if self._env_executor is not None:
-            self._env_executor.close()  # idle threads end; one stuck in a hung env call stays (daemon)
-            self._env_executor = None
+        self.env_calls.close()
         return self.stats()
 
     async def stop(self) -> None:
@@ -245,60 +201,10 @@ class RolloutWorker:
         # worker, and one that hung stalled them for ever. A failure is an EnvFailure (no back-off).
         try:
             # Its own kind per env: hung constructors of one env must not refuse the others'.
-            return await self._env_call(make_text_env, task.env_id, task.env_kwargs,
+            return await self.env_calls(make_text_env, task.env_id, task.env_kwargs,
                                         call_kind=f"make_text_env({task.env_id})")
         except EnvFailure as err:  # an env's own constructor error need not name the env
             raise EnvFailure(f"{err} (env_id {task.env_id!r})", err.deterministic) from err
-
-    async def _env_call(self, fn, *args, call_kind: str = "", **kwargs):
-        # One executor future and one timer per call, not wait_for(to_thread(...)):
-        # that wraps each call in an extra task and context copy, and with 64
-        # episodes stepping at once the event loop's share of a hop went from
-        # ~2 ms to ~6 ms (measured on a no-op env) -- latency every turn pays.
-        # The executor runs bursts of fast calls on one or two threads (elastic_executor.py).
-        call = _contained(faults.env_call(checked(fn)), getattr(fn, "__name__", "env call"))
-        loop = asyncio.get_running_loop()
-        if self._env_executor is None:
-            self._env_executor = ElasticExecutor(loop, max_threads=ENV_THREADS)
-        executor = self._env_executor
-        kind = call_kind or getattr(fn, "__qualname__", "")  # e.g. FrozenLakeText.step
-        if executor.abandoned >= MAX_STUCK_ENV_THREADS and (stuck := executor.abandoned_kinds().get(kind)):
-            raise EnvFailure(f"env call {kind} not made: {stuck} of its calls never returned after their "
-                             f"{self.env_step_timeout_s}s limit and still hold a thread each (threads cannot be "
-                             "killed); fix the env so its calls return")
-        fut = executor.submit(functools.partial(call, *args, **kwargs), kind=kind)
-        expired = False
-
-        def expire() -> None:
-            nonlocal expired
-            if not fut.done():  # the thread runs on (it cannot be killed); the episode stops waiting
-                expired = True
-                fut.cancel()
-                # Its thread no longer counts: the next calls get another (a hung env kept
-                # one each, and after ENV_THREADS of them no episode could step at all).
-                if executor.abandon(fut) and kind not in self._stuck_env_warned:
-                    self._stuck_env_warned.add(kind)
-                    log.warning("env call %s still running after its %ss limit: left on its thread, other "
-                                "threads serve the next calls", kind, self.env_step_timeout_s)
-
-        timer = loop.call_later(self.env_step_timeout_s, expire)
-        try:
-            return await fut
-        except asyncio.CancelledError:
-            if expired:
-                raise EnvFailure(f"env call {fn.__name__} exceeded {self.env_step_timeout_s}s") from None
-            # The episode itself was cancelled (aborted; tail batching's round close aborts
-            # the slowest, hung ones among them): its thread, if still on the call, stops
-            # counting, or aborted hung calls would take every env thread unbounded.
-            executor.abandon(fut)
-            raise
-        except EnvFailure:
-            raise
-        except Exception as err:  # an env's own bug must cost one episode, not the worker
-            raise EnvFailure(f"env call {fn.__name__} raised {type(err).__name__}: {err}",
-                             deterministic_error(err)) from err
-        finally:
-            timer.cancel()
 
     # -- one episode --------------------------------------------------------------------
     async def _episode(self, ticket: Ticket, index: int) -> Trajectory:
@@ -406,7 +312,7 @@ class RolloutWorker:
 
     async def _close_env(self, env: Any) -> None:
         with contextlib.suppress(Exception):  # a failed or timed-out close costs nothing more
-            await self._env_call(env.close)
+            await self.env_calls(env.close)
 
     async def _play_on(self, env: Any, engine_for: Any, task: TaskConfig, ticket: Ticket,
                        traj_id: str, attempt: int) -> Trajectory:
@@ -415,7 +321,7 @@ class RolloutWorker:
                                   temperature=ticket.eval_temperature if evaluating else self.temperature,
                                   top_p=self.top_p, stop_token_ids=self.fmt.stop_token_ids)
         t = time.perf_counter()
-        obs, info = await self._env_call(env.reset, seed=ticket.seed)
+        obs, info = await self.env_calls(env.reset, seed=ticket.seed)
         env_s = time.perf_counter() - t
         conv = Conversation(self.fmt)
         traj = Trajectory(traj_id, ticket.group_id, task.name, ticket.seed, start_version=-1,
@@ -465,7 +371,7 @@ class RolloutWorker:
             conv.add_reply(result.token_ids, result.logprobs)
             reply = self.fmt.decode(result.token_ids)
             t = time.perf_counter()
-            obs, reward, terminated, truncated, info = await self._env_call(env.step, reply)
+            obs, reward, terminated, truncated, info = await self.env_calls(env.step, reply)
             step_s = time.perf_counter() - t
             invalid = bool(info.get("invalid_action", False))
             # The prompt's length, as the trajectory's doc says (and sync_rollout records): `before`

@@ -1,10 +1,8 @@
 import asyncio
-import functools
 import threading
 import time
 
 import gymnasium as gym
-import pytest
 
 from roll_agentic.config import EngineConfig, RewardConfig, TaskConfig
 from roll_agentic.engine.host import EngineHost
@@ -111,7 +109,7 @@ def test_trajectory_beyond_the_staleness_bound_is_aborted_and_restarted(tiny_mod
 def test_an_env_step_past_its_timeout_fails_the_episode_not_the_worker(tiny_model_path):
     async def main():
         engine, buffer, worker = _setup(tiny_model_path, alpha=1, delay=1.0)
-        worker.env_step_timeout_s = 0.2
+        worker.env_calls.timeout_s = 0.2
         run = asyncio.ensure_future(worker.run())
         await asyncio.sleep(2.5)  # every attempt's first step hangs for 1 s: timed out at 0.2 s
         counters = dict(worker.counters)
@@ -175,14 +173,14 @@ class HangsFirst(SlowCounter):
 def _run_hanging(model_path, seconds: float, until_group: bool = False):
     async def main():
         engine, buffer, worker = _setup(model_path, alpha=1, delay=0.0, env="HangsFirst")
-        worker.env_step_timeout_s = 0.2
+        worker.env_calls.timeout_s = 0.2
         run = asyncio.ensure_future(worker.run())
         groups = []
         if until_group:
             groups = await asyncio.wait_for(buffer.get_batch(1, version=0), seconds)
         else:
             await asyncio.sleep(seconds)
-        counters, stuck = dict(worker.counters), worker._env_executor.abandoned
+        counters, stuck = dict(worker.counters), worker.env_calls.abandoned
         await buffer.stop()
         await worker.stop()
         await asyncio.wait_for(run, 30)
@@ -195,9 +193,9 @@ def _run_hanging(model_path, seconds: float, until_group: bool = False):
 
 
 def test_env_calls_that_never_return_leave_their_threads_to_later_calls(tiny_model_path, monkeypatch):
-    import roll_agentic.rollout.worker as worker_mod
+    import roll_agentic.rollout.env_calls as env_calls_mod
 
-    monkeypatch.setattr(worker_mod, "ENV_THREADS", 2)
+    monkeypatch.setattr(env_calls_mod, "ENV_THREADS", 2)
     RELEASE.clear()
     HANGS_LEFT[0] = 2  # both threads hang: every later call, resets included, used to wait for ever
     [group], counters, stuck = _run_hanging(tiny_model_path, 60, until_group=True)
@@ -206,73 +204,15 @@ def test_env_calls_that_never_return_leave_their_threads_to_later_calls(tiny_mod
 
 
 def test_an_env_that_always_hangs_stops_leaving_threads_past_the_bound(tiny_model_path, monkeypatch):
-    import roll_agentic.rollout.worker as worker_mod
+    import roll_agentic.rollout.env_calls as env_calls_mod
 
-    monkeypatch.setattr(worker_mod, "MAX_STUCK_ENV_THREADS", 3)
+    monkeypatch.setattr(env_calls_mod, "MAX_STUCK_ENV_THREADS", 3)
     RELEASE.clear()
     HANGS_LEFT[0] = 10**6
     _, counters, stuck = _run_hanging(tiny_model_path, 4.0)
     # Checked before each call: calls already under way when the bound is reached add theirs.
     assert 3 <= stuck <= 3 + 2  # group size 2
     assert counters["env_failures"] > 2 * stuck  # the rest failed at once, leaving no thread
-
-
-def test_an_episode_aborted_while_its_env_call_hangs_frees_the_thread():
-    """Tail batching aborts the slowest episodes, hung ones among them: cancelled before its
-    limit, a hung call's thread stayed counted (its timer was cancelled with it) for good."""
-    import types
-
-    gate = threading.Event()
-
-    class Hung:
-        def step(self, action):
-            gate.wait()
-            return "obs", 0.0, True, False, {}
-
-    async def main():
-        worker = types.SimpleNamespace(_env_executor=None, env_step_timeout_s=30.0, _stuck_env_warned=set())
-        call = asyncio.ensure_future(RolloutWorker._env_call(worker, Hung().step, "a"))
-        await asyncio.sleep(0.05)
-        call.cancel()
-        await asyncio.gather(call, return_exceptions=True)
-        return worker._env_executor
-
-    try:
-        executor = asyncio.run(main())
-        assert executor.abandoned == 1 and executor._threads == 0  # the next call gets a thread
-    finally:
-        gate.set()
-
-
-def test_hung_constructors_of_one_env_do_not_refuse_another_envs(monkeypatch):
-    """Envs are built through one function (`make_text_env`): stuck calls counted by function
-    name let one env's hung constructors refuse every other env's construction."""
-    import types
-
-    import roll_agentic.rollout.worker as worker_mod
-    from roll_agentic.rollout.worker import EnvFailure
-
-    monkeypatch.setattr(worker_mod, "MAX_STUCK_ENV_THREADS", 1)
-    gate = threading.Event()
-
-    def make(env_id):
-        if env_id == "hangs":
-            gate.wait()
-        return env_id
-
-    async def main():
-        worker = types.SimpleNamespace(_env_executor=None, env_step_timeout_s=0.1, _stuck_env_warned=set())
-        build = functools.partial(RolloutWorker._env_call, worker, make)
-        with pytest.raises(EnvFailure, match="exceeded 0.1s"):
-            await build("hangs", call_kind="make(hangs)")
-        with pytest.raises(EnvFailure, match="not made"):  # past the bound: refused at once
-            await build("hangs", call_kind="make(hangs)")
-        return await build("fine", call_kind="make(fine)")
-
-    try:
-        assert asyncio.run(main()) == "fine"
-    finally:
-        gate.set()
 
 
 CLOSE_GATE = threading.Event()

@@ -105,7 +105,7 @@ def test_an_env_whose_construction_hangs_fails_its_episode_not_the_worker(tiny_m
     async def main():
         engine, buffer, worker = _setup(tiny_model_path, alpha=0, delay=0.0,
                                         env="tests.rollout.test_worker_failures:BuildHangs")
-        worker.env_step_timeout_s = 0.2
+        worker.env_calls.timeout_s = 0.2
         run = asyncio.ensure_future(worker.run())
         try:
             for _ in range(400):
