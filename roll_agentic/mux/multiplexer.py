@@ -276,6 +276,9 @@ class Multiplexer:
 
     async def _stopped(self, rec: JobRecord, runner: JobRunner) -> None:
         """The job ends for `stop`, its newest whole step checkpointed (job_stop.py)."""
+        if runner.version >= runner.cfg.trainer.total_steps:  # all its steps taken: cut in its last evaluation
+            rec.state, rec.reason = JobState.DONE, "stopped before its last evaluation"
+            return
         try:
             step = await asyncio.wait_for(runner.checkpoint_for_stop(), self.m.phase_timeout_s)
             failed = ""
