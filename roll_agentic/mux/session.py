@@ -74,10 +74,10 @@ def run_to_resume(m: MuxConfig, which: str) -> Path:
     run), a run's name under `output_dir`, or its path."""
     root = Path(m.output_dir)
     if which == "latest":
-        runs = sorted((p for p in root.glob(f"{m.name}-*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
+        runs = sorted((p for p in root.glob("*") if _run_of(p) == m.name), key=lambda p: p.stat().st_mtime)
         if not runs:
-            raise FileNotFoundError(f"--resume: no run of {m.name!r} under {root}/ to go on from (a run is "
-                                    f"{root}/{m.name}-<time>/)")
+            raise FileNotFoundError(f"--resume: no run of {m.name!r} under {root}/ to go on from; name one "
+                                    "with `--resume RUN`")
         run = runs[-1]  # the newest, or an older run would be taken up unasked
     else:
         run = Path(which) if Path(which).is_dir() else root / which
@@ -88,6 +88,17 @@ def run_to_resume(m: MuxConfig, which: str) -> Path:
     if run.resolve().parent != root.resolve():
         raise FileNotFoundError(f"--resume {which}: {run} is not under this yaml's output_dir ({root}/)")
     return run
+
+
+RUN_RECORD = "mux_run.json"  # in each run directory: which yaml's run it is (`run_to_resume`)
+
+
+def _run_of(path: Path) -> str | None:
+    """The `name` of the mux yaml whose run `path` is; None if it is none."""
+    try:
+        return json.loads((path / RUN_RECORD).read_text()).get("name")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _stop_with_checkpoints(mux, why: str, resume_command: str) -> None:
@@ -117,6 +128,7 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
 
     run_dir = Path(m.output_dir) / (run_name or f"{m.name}-{dt.datetime.now():%Y%m%d-%H%M%S}")
     run_dir.mkdir(parents=True, exist_ok=True)  # an unwritable output_dir fails here, before Ray starts
+    (run_dir / RUN_RECORD).write_text(json.dumps({"name": m.name, "config": config_path}))
     started = init_ray(RayConfig(num_cpus=m.ray_num_cpus))
     term = SigtermAsInterrupt().install()  # after ray.init, whose handler exits at once
     multiplexed = None  # the multiplexer of the jobs themselves (not the solo baseline's)

@@ -364,10 +364,17 @@ def test_resume_finds_the_run_to_go_on_with_or_says_why_not(tmp_path):
     m = MuxConfig(name="two", output_dir=str(tmp_path / "out"))
     with pytest.raises(FileNotFoundError, match="no run of 'two' under"):
         run_to_resume(m, "latest")
-    old, new = tmp_path / "out" / "two-20261101-000000", tmp_path / "out" / "two-20261102-000000"
+    old, new = tmp_path / "out" / "two-20261101-000000", tmp_path / "out" / "my-sweep"  # --run-name my-sweep
     for run in (old, new):
         (run / "jobs").mkdir(parents=True)
+        (run / "mux_run.json").write_text('{"name": "two"}')
+    other = tmp_path / "out" / "three-20261105-000000"  # another yaml's run, newer
+    (other / "jobs").mkdir(parents=True)
+    (other / "mux_run.json").write_text('{"name": "three"}')
     import os
+
+    os.utime(new, (2, 2))
+    os.utime(other, (3, 3))
 
     os.utime(old, (1, 1))
     assert run_to_resume(m, "latest") == new
@@ -375,6 +382,7 @@ def test_resume_finds_the_run_to_go_on_with_or_says_why_not(tmp_path):
     assert run_to_resume(m, str(old)) == old
     # Stopped during its solo baseline: the newest run has no jobs/, and no older run is taken instead.
     (tmp_path / "out" / "two-20261103-000000" / "solo").mkdir(parents=True)
+    (tmp_path / "out" / "two-20261103-000000" / "mux_run.json").write_text('{"name": "two"}')
     with pytest.raises(FileNotFoundError, match="has no jobs to go on with"):
         run_to_resume(m, "latest")
     with pytest.raises(FileNotFoundError, match="has no jobs to go on with"):
