@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shlex
 import sys
+from pathlib import Path
 
 TRAIN_EPILOG = """\
 overrides are key=value pairs composed over conf/config.yaml, for example:
@@ -47,9 +49,34 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # during start-up: once training runs, Ctrl-C saves a checkpoint first
         print("interrupted while starting: no step was taken, so nothing new to save", file=sys.stderr)
         return 130
+    if result.get("interrupted") and result.get("steps", 0) < cfg.trainer.total_steps:
+        _say_how_to_go_on(args, Path(result["run_dir"]))
     if result.get("terminated"):
         return TERMINATED_EXIT_CODE  # 143, as if SIGTERM's default had ended it: schedulers read it so
     return 130 if result.get("interrupted") else 0  # a script can tell a stopped run from a finished one
+
+
+def resume_command(args: argparse.Namespace, run_dir: Path) -> str:
+    """The command that continues a stopped run: its own config and overrides again (a resume
+    runs with the settings of its command line), then `trainer.resume=true run_name=<run>`."""
+    words = ["roll-agentic", "train"]
+    if args.config:
+        words += ["--config", args.config]
+    else:
+        if args.config_dir:
+            words += ["--config-dir", args.config_dir]
+        if args.config_name != "config":
+            words += ["--config-name", args.config_name]
+    own = [o for o in args.overrides if o.split("=", 1)[0].lstrip("+~") not in ("trainer.resume", "run_name")]
+    words += [*own, "trainer.resume=true", f"run_name={run_dir.name}"]
+    return shlex.join(words)
+
+
+def _say_how_to_go_on(args: argparse.Namespace, run_dir: Path) -> None:
+    from roll_agentic.train.checkpoint import latest_checkpoint
+
+    if latest_checkpoint(run_dir / "checkpoints") is not None:
+        print(f"to go on: {resume_command(args, run_dir)}", flush=True)
 
 
 def _cmd_model_tiny(args: argparse.Namespace) -> int:

@@ -246,3 +246,25 @@ def test_mux_cancel_tells_an_unknown_name_from_a_job_already_over(monkeypatch, t
     assert capsys.readouterr().out.strip() == "done1: not running (done)"
     assert main(["mux", "cancel", "typo", *address]) == 1
     assert capsys.readouterr().out.strip() == "typo: no such job here (jobs: done1)"
+
+
+def test_a_stopped_run_prints_the_command_that_goes_on(monkeypatch, tmp_path, capsys):
+    """Stopped by Ctrl-C or SIGTERM with a checkpoint saved: the run's own overrides again
+    (a resume runs with its command line's settings), quoted for the shell, then the resume."""
+    import shlex
+
+    import torch
+
+    from roll_agentic.train.checkpoint import save_checkpoint
+
+    run_dir = tmp_path / "20261128-120000"
+    save_checkpoint(run_dir / "checkpoints", 2, {"w": torch.zeros(1)}, {}, {"buffer": {}}, keep=2)
+    monkeypatch.setattr(job_module, "train", lambda cfg: {"run_dir": str(run_dir), "steps": 2, "interrupted": True,
+                                                         "terminated": True, "metrics": []})
+    task = 'tasks=[{name:guess,env_id:"envs.guess_number:GuessNumber",max_turns:3,reward:guess_number}]'
+    assert main(["train", f"output_dir={tmp_path}", "engine=hf", task, "trainer.total_steps=5"]) == 143
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("to go on: ")
+    assert shlex.split(line.removeprefix("to go on: ")) == [
+        "roll-agentic", "train", f"output_dir={tmp_path}", "engine=hf", task, "trainer.total_steps=5",
+        "trainer.resume=true", "run_name=20261128-120000"]
