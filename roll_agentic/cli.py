@@ -56,7 +56,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 130 if result.get("interrupted") else 0  # a script can tell a stopped run from a finished one
 
 
-def resume_command(args: argparse.Namespace, run_dir: Path) -> str:
+def _resume_command(args: argparse.Namespace, run_dir: Path) -> str:
     """The command that continues a stopped run: its own config and overrides again (a resume
     runs with the settings of its command line), then `trainer.resume=true run_name=<run>`."""
     words = ["roll-agentic", "train"]
@@ -76,7 +76,7 @@ def _say_how_to_go_on(args: argparse.Namespace, run_dir: Path) -> None:
     from roll_agentic.train.checkpoint import latest_checkpoint
 
     if latest_checkpoint(run_dir / "checkpoints") is not None:
-        print(f"to go on: {resume_command(args, run_dir)}", flush=True)
+        print(f"to go on: {_resume_command(args, run_dir)}", flush=True)
 
 
 def _cmd_model_tiny(args: argparse.Namespace) -> int:

@@ -48,7 +48,6 @@ class StopAndResume:
     training: bool = False
     # The batch in hand was taken from the buffer and not trained yet (its prompts go back).
     untrained_batch: bool = False
-    resumed_from: int = 0  # the checkpoint's step this job was resumed from (0: started afresh)
 
     def _weights_path(self, version: int) -> str:
         raise NotImplementedError
@@ -94,4 +93,4 @@ class StopAndResume:
         # A copy: the engines' file is deleted once loaded, and the checkpoint must stay whole.
         await asyncio.to_thread(shutil.copyfile, ckpt / "weights.safetensors", self._weights_path(step))
         await asyncio.to_thread(self._log.truncate_after, step)
-        self.version = self.record.step = self.resumed_from = self.record.resumed_from = step
+        self.version = self.record.step = self.record.resumed_from = step
