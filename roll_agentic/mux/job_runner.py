@@ -376,7 +376,8 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery, StopAndResume):
         scaled by `margin`. Then the job's state is parked on disk: it is not resident
         until admitted, so its first admitted switch-in is cold.
         """
-        steps = max(1, min(steps, self.cfg.trainer.total_steps))
+        # A resumed job may have fewer steps left than a probe takes: it trains no further than its last.
+        steps = max(1, min(steps, self.cfg.trainer.total_steps - self.version))
         # The probe holds both pools for all its iterations: the profile is of the job alone
         # (not of it next to whatever else shares this machine's cores), and its state, not
         # yet resident, is never switched out before it is parked.

@@ -21,11 +21,11 @@ pytestmark = pytest.mark.slow
 
 TASK = ('tasks=[{name:guess,env_id:"envs.guess_number:GuessNumber",env_kwargs:{low:1,high:8},max_turns:2,'
         'reward:guess_number,group_size:4,max_new_tokens:4}]')
-STEPS = 12
+STEPS = 60  # many fast steps: the job is still going when the stop reaches it (~1 s)
 
 
-def _yaml(out: Path, model: str) -> str:
-    overrides = ["engine=hf", "reward=local", "algo=sync", f"model.path={model}", f"trainer.total_steps={STEPS}",
+def _yaml(out: Path, model: str, steps: int = STEPS) -> str:
+    overrides = ["engine=hf", "reward=local", "algo=sync", f"model.path={model}", f"trainer.total_steps={steps}",
                  "trainer.save_every=100", "algo.groups_per_step=2", "rollout.num_workers=1",
                  "rollout.groups_in_flight=2", "telemetry.tensorboard=false", TASK]
     return "\n".join([
@@ -70,3 +70,10 @@ def test_sigterm_stops_mux_run_checkpointed_and_resume_goes_on(tmp_path, tiny_mo
     assert f"resumed from step {step}" in resumed.stdout, resumed.stdout
     assert _rows(out / "r") == list(range(1, STEPS + 1))
     assert (out / "r" / "jobs" / "a" / "checkpoints" / "latest").read_text() == f"step_{STEPS:06d}"
+
+    # One step more than it took, asked of the finished run: fewer steps left than its probe
+    # takes, and it trains no further than its new last one.
+    conf.write_text(_yaml(out, tiny_model_path, STEPS + 1))
+    longer = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, timeout=400)
+    assert longer.returncode == 0 and f"resumed from step {STEPS}" in longer.stdout, longer.stdout + longer.stderr
+    assert _rows(out / "r") == list(range(1, STEPS + 2))
