@@ -7,10 +7,13 @@ all interfaces and advertises the machine's network address). Cluster:
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
 import socket
+import sys
+from collections.abc import Iterator
 
 import ray
 
@@ -35,6 +38,11 @@ def quiet_libraries() -> None:
     """Progress bars of weight loading, once per actor, drown the training display."""
     for k, v in QUIET_ENV.items():
         os.environ.setdefault(k, v)
+    # transformers reads HF_HUB_DISABLE_PROGRESS_BARS once, when first imported: a process
+    # that imported it before this (the driver, through its config) drew "Loading weights".
+    hf_logging = sys.modules.get("transformers.utils.logging")
+    if hf_logging is not None and os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1":
+        hf_logging.disable_progress_bar()
 
 
 def freeze_startup_heap(only_in_actor: bool = True) -> None:
@@ -87,7 +95,40 @@ def init_ray(cfg: RayConfig) -> bool:
     from ray._private import ray_constants
 
     ray_constants.ENABLE_RAY_CLUSTER = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") != "0"
-    ray.init(address="local", num_cpus=cfg.num_cpus or LOCAL_LOGICAL_CPUS, include_dashboard=False,
-             _node_ip_address="127.0.0.1", runtime_env=runtime_env, logging_level=logging.WARNING,
-             configure_logging=True)
+    with ray_processes_in_own_session():
+        ray.init(address="local", num_cpus=cfg.num_cpus or LOCAL_LOGICAL_CPUS, include_dashboard=False,
+                 _node_ip_address="127.0.0.1", runtime_env=runtime_env, logging_level=logging.WARNING,
+                 configure_logging=True)
     return True
+
+
+@contextlib.contextmanager
+def ray_processes_in_own_session() -> Iterator[None]:
+    """The processes a local Ray starts meanwhile (GCS, raylet, and the workers the raylet
+    forks) go in a session and process group of their own.
+
+    `timeout`, and whatever else stops a run by signalling its whole process group,
+    used to reach them too: they died at once, and the run, which takes SIGTERM by
+    checkpointing its last step (`train/termination.py`), had no actors left to save
+    from. Out of the group, only the run's own process gets the signal; the Ray
+    processes still end with it (Ray kills them when their parent dies, and
+    `ray.shutdown` does). Ctrl-C is unchanged: Ray's processes block SIGINT anyway.
+    A Ray whose internals moved (no `ConsolePopen`) starts as before.
+    """
+    from ray._private import services
+
+    popen = getattr(services, "ConsolePopen", None)
+    if popen is None or os.name != "posix":
+        yield
+        return
+
+    class InOwnSession(popen):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs) -> None:
+            kwargs.setdefault("start_new_session", True)
+            super().__init__(*args, **kwargs)
+
+    services.ConsolePopen = InOwnSession
+    try:
+        yield
+    finally:
+        services.ConsolePopen = popen
