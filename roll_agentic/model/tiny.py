@@ -86,11 +86,13 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, hidden_size: int = 128,
     from transformers.utils import logging as hf_logging
 
     # A one-shard model of a few MB: its "Writing model shards" bar was all `make setup` printed.
+    shown = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
         model.save_pretrained(out, safe_serialization=True)
     finally:
-        hf_logging.enable_progress_bar()
+        if shown:  # as it was (enabling bars that HF_HUB_DISABLE_PROGRESS_BARS hides warned)
+            hf_logging.enable_progress_bar()
     tokenizer.save_pretrained(out)
     (out / "roll_agentic_tiny.json").write_text(json.dumps({"version": TINY_VERSION, "seed": seed}))
     return out
