@@ -91,6 +91,24 @@ def _cmd_model_tiny(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_model_export(args: argparse.Namespace) -> int:
+    from roll_agentic.model.export import ExportError, export_checkpoint
+
+    try:
+        done = export_checkpoint(args.source, args.out, step=args.step, base=args.base, dtype=args.dtype)
+    except ExportError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # an unwritable --out, a disk that filled up: nothing half-written is left
+        print(f"error: cannot export to {args.out}: {err}", file=sys.stderr)
+        return 1
+    print(f"exported {done.checkpoint} (step {done.step}) to {done.out}: {done.tensors} tensors in "
+          f"{done.dtype}, {done.bytes / 2**20:.1f} MiB, with the config and tokenizer of {done.base}")
+    print(f"  load it as any Hugging Face model: AutoModelForCausalLM.from_pretrained({str(done.out)!r}), "
+          f"vllm.LLM(model={str(done.out)!r}), or train on from it: roll-agentic train model.path={done.out}")
+    return 0
+
+
 def _cmd_env_check(args: argparse.Namespace) -> int:
     import json
 
@@ -160,14 +178,24 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0, help="initialisation seed")
     t.add_argument("--force", action="store_true", help="rebuild even if an up-to-date model is there")
     t.set_defaults(func=_cmd_model_tiny)
+    from roll_agentic.arg_types import at_least
+
+    x = msub.add_parser("export", help="a run's checkpoint as a Hugging Face model directory (config, tokenizer, "
+                                       "weights) that transformers, vLLM and model.path load")
+    x.add_argument("source", help="a run directory (its newest checkpoint) or one checkpoint (…/checkpoints/step_N)")
+    x.add_argument("out", help="the directory to write (new, or empty)")
+    x.add_argument("--step", type=at_least(0), default=None, help="the run's checkpoint of this step")
+    x.add_argument("--base", default=None, help="the model the run trained from (default: the one its "
+                                                 "checkpoint or config names)")
+    x.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
+                   help="the weights' dtype (default: the base model's)")
+    x.set_defaults(func=_cmd_model_export)
 
     p = sub.add_parser("env", help="environment utilities")
     esub = p.add_subparsers(dest="env_command", required=True)
     c = esub.add_parser("check", help="conformance check of an env: types, text round trip, determinism")
     c.add_argument("env_id", help="a registered gymnasium id or module:Class")
     c.add_argument("--kwargs", default="", help="env kwargs as a JSON object")
-    from roll_agentic.arg_types import at_least
-
     c.add_argument("--seed", type=at_least(0), default=0, help="the first reset's seed (>= 0)")
     c.set_defaults(func=_cmd_env_check)
     n = esub.add_parser("new", help="write a working env and reward package to start a task from")

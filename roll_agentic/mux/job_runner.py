@@ -327,7 +327,7 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery, StopAndResume):
         # next rollout permit (so no ticket opens while other weights are loaded), so the
         # checkpoint records the state the advance will produce, and resumes like a solo one.
         state["version"] = state["steps_taken"] = self.version
-        return {"buffer": state, "run_name": self.cfg.run_name}
+        return {"buffer": state, "run_name": self.cfg.run_name, "model_path": self.model_path}
 
     async def checkpoint(self, node: str, run_state: dict | None = None) -> str:
         run_state = await self._run_state() if run_state is None else run_state

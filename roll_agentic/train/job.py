@@ -230,9 +230,10 @@ class TrainingJob:
         """Saves the run. `untrained`: the groups the buffer handed out since its last
         advance were not trained (the step stopped before its update): it keeps them."""
         state = ray.get(self.buffer.export_state.remote(untrained))
+        # model_path: the model it trained from, resolved (`model export` writes its config and tokenizer)
+        run_state = {"buffer": state, "run_name": self.run_name, "model_path": self.model_path}
         return save_checkpoint(self.run_dir / "checkpoints", self.version, self.trainer.engine_state_dict(),
-                               self.trainer.state(), {"buffer": state, "run_name": self.run_name},
-                               keep=self.cfg.trainer.keep_checkpoints)
+                               self.trainer.state(), run_state, keep=self.cfg.trainer.keep_checkpoints)
 
     def stream_phase(self) -> tuple[list, dict[str, float]]:
         """Tail batching's rollout with streamed gradients (RollPacker's stream trainer).

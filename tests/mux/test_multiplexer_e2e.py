@@ -273,6 +273,9 @@ def test_a_stopped_multiplexer_checkpoints_every_job_and_a_resumed_one_goes_on(r
         assert f"checkpoint of step {j['step']}" in j["reason"], j
         run = Path(j["run_dir"])
         assert (run / "checkpoints" / "latest").read_text() == f"step_{j['step']:06d}"
+        # The model it trained from, for `model export` (its config and tokenizer).
+        run_state = json.loads((run / "checkpoints" / f"step_{j['step']:06d}" / "run.json").read_text())
+        assert Path(run_state["model_path"]) == Path(tiny_model_path).resolve()
         rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in rows] == list(range(1, j["step"] + 1))
     with pytest.raises(ray.exceptions.RayTaskError, match="the multiplexer is stopping"):

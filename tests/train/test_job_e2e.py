@@ -1,6 +1,7 @@
 """End to end: a few real training steps through Ray actors, then a resume."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -43,6 +44,20 @@ def test_train_writes_metrics_tensorboard_plot_and_checkpoints_then_resumes(tmp_
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
     assert resumed["steps"] == 5
     assert (run / "checkpoints" / "latest").read_text() == "step_000005"
+
+    # The policy taken away: its last step as a Hugging Face model (`roll-agentic model export`),
+    # from the model the run recorded it started from.
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from roll_agentic.model.export import export_checkpoint
+
+    done = export_checkpoint(run, tmp_path / "policy")
+    assert done.step == 5 and done.base == Path(tiny_model_path).resolve()
+    state = AutoModelForCausalLM.from_pretrained(tmp_path / "policy").state_dict()
+    trained = load_file(run / "checkpoints" / "step_000005" / "weights.safetensors")
+    assert all(torch.equal(state[k], v) for k, v in trained.items())
 
 
 def test_synchronous_mode_trains_only_on_policy_samples(tmp_path, tiny_model_path):
