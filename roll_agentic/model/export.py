@@ -107,14 +107,27 @@ def _base_tensors(base: Path) -> dict[str, tuple[int, ...]]:
         files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
     else:
         files = sorted(p.name for p in base.glob("*.safetensors"))
-    if not files:
-        raise ExportError(f"the base model {base} has no safetensors weights to check the export against")
+    if not files:  # weights in another format (.bin): the names and shapes its config builds
+        return _built_tensors(base)
     shapes: dict[str, tuple[int, ...]] = {}
     for name in files:
         with safe_open(str(base / name), framework="pt") as f:
             for key in f.keys():  # noqa: SIM118 - safe_open has no __iter__
                 shapes[key] = tuple(f.get_slice(key).get_shape())
     return shapes
+
+
+def _built_tensors(base: Path) -> dict[str, tuple[int, ...]]:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        with torch.device("meta"):  # shapes only: no memory for the weights
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(base))
+    except (ValueError, OSError, KeyError) as err:
+        raise ExportError(f"the base model {base} has no safetensors weights, and transformers cannot build "
+                          f"it from its config ({err}); pass --base DIR, a model directory") from None
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
 def _check_fits(weights: dict, base_shapes: dict[str, tuple[int, ...]], tied: bool, ckpt: Path, base: Path) -> None:

@@ -98,3 +98,17 @@ def test_the_command_prints_where_the_model_went_and_how_to_load_it(tmp_path, ba
     assert f"model.path={tmp_path / 'out'}" in printed
     assert main(["model", "export", str(tmp_path / "run"), str(tmp_path / "out")]) == 2
     assert "exists and is not empty" in capsys.readouterr().err
+
+
+def test_a_base_with_weights_in_another_format_is_checked_against_what_its_config_builds(tmp_path, base):
+    saved = _trained_run(tmp_path / "run", base)
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    for f in base.iterdir():
+        if f.suffix != ".safetensors":
+            (legacy / f.name).write_bytes(f.read_bytes())
+    torch.save(AutoModelForCausalLM.from_pretrained(base).state_dict(), legacy / "pytorch_model.bin")
+    export_checkpoint(tmp_path / "run", tmp_path / "out", base=legacy)
+    assert not (tmp_path / "out" / "pytorch_model.bin").exists()  # the base's weights are not the export's
+    state = AutoModelForCausalLM.from_pretrained(tmp_path / "out").state_dict()
+    assert all(torch.equal(state[k], v) for k, v in saved[2].items())
