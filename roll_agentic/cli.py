@@ -1,4 +1,4 @@
-"""`roll-agentic`: train, model, env, serverless, sim, bench.
+"""`roll-agentic`: train, eval, model, env, serverless, sim, bench, mux.
 
 Each subcommand has --help. Training takes Hydra overrides (key=value) after
 `train`; a bad key or value ends the run before any work with one line.
@@ -22,8 +22,15 @@ overrides are key=value pairs composed over conf/config.yaml, for example:
 config groups: engine=auto|hf|vllm  algo=grpo|sync  reward=local|serverless
 all keys: roll_agentic/config.py (the schema)."""
 
+EVAL_EPILOG = """\
+the same config as `train` (tasks, engine, reward); the model is model.path, for example:
+  roll-agentic eval model.path=my_policy eval.episodes=64      # a policy `roll-agentic model export` wrote
+  roll-agentic eval eval.episodes=64                           # the base model, on the same seeds
+results: a table, then a JSON object on the last line; also <output_dir>/<eval-TIME>/eval.json."""
 
-def _cmd_train(args: argparse.Namespace) -> int:
+
+def _load_config(args: argparse.Namespace):
+    """The run's config from the command line (`train` and `eval`), or None once the error is said."""
     from roll_agentic.config import ConfigError
     from roll_agentic.hydra_config import load_config
 
@@ -31,12 +38,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.config:  # one file of the user's: its folder and name
         if config_dir is not None or config_name != "config":
             print("config error: give --config FILE, or --config-dir and --config-name, not both", file=sys.stderr)
-            return 2
+            return None
         config_dir, config_name = os.path.dirname(os.path.abspath(args.config)), os.path.basename(args.config)
     try:
-        cfg = load_config(args.overrides, config_dir=config_dir, config_name=config_name)
+        return load_config(args.overrides, config_dir=config_dir, config_name=config_name)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
+        return None
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    cfg = _load_config(args)
+    if cfg is None:
         return 2
     from roll_agentic.train.job import train
     from roll_agentic.train.termination import EXIT_CODE as TERMINATED_EXIT_CODE
@@ -54,6 +67,27 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if result.get("terminated"):
         return TERMINATED_EXIT_CODE  # 143, as if SIGTERM's default had ended it: schedulers read it so
     return 130 if result.get("interrupted") else 0  # a script can tell a stopped run from a finished one
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    import json
+
+    cfg = _load_config(args)
+    if cfg is None:
+        return 2
+    from roll_agentic.train.policy_eval import eval_table, evaluate_policy
+
+    try:
+        result = evaluate_policy(cfg)
+    except (OSError, RuntimeError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted: no result", file=sys.stderr)
+        return 130
+    print("\n".join(eval_table(result)))
+    print(json.dumps(result))
+    return 0
 
 
 def _resume_command(args: argparse.Namespace, run_dir: Path) -> str:
@@ -156,6 +190,15 @@ def _add_optional(subparsers, name: str, module: str) -> None:
         p.set_defaults(func=lambda _a, e=err: (print(f"unavailable: {type(e).__name__}: {e}", file=sys.stderr), 1)[1])
 
 
+def _config_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("overrides", nargs="*", help="key=value config overrides")
+    p.add_argument("--config", "-c", default=None, metavar="FILE",
+                   help="a yaml of your own run; `defaults: [config, _self_]` at its top starts it from "
+                        "the default run (overrides on the command line still apply on top)")
+    p.add_argument("--config-dir", default=None, help="directory holding config.yaml (default: the repo's conf/)")
+    p.add_argument("--config-name", default="config", help="config file name without .yaml")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole command line; with `only`, of the optional commands just that one."""
     parser = argparse.ArgumentParser(prog="roll-agentic", description="Agentic RL post-training for LLMs.")
@@ -163,13 +206,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train a policy (hydra overrides follow)", epilog=TRAIN_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("overrides", nargs="*", help="key=value config overrides")
-    p.add_argument("--config", "-c", default=None, metavar="FILE",
-                   help="a yaml of your own run; `defaults: [config, _self_]` at its top starts it from "
-                        "the default run (overrides on the command line still apply on top)")
-    p.add_argument("--config-dir", default=None, help="directory holding config.yaml (default: the repo's conf/)")
-    p.add_argument("--config-name", default="config", help="config file name without .yaml")
+    _config_arguments(p)
     p.set_defaults(func=_cmd_train)
+    p = sub.add_parser("eval", help="a policy's held-out episodes, no training (model.path=..., eval.episodes=...)",
+                       epilog=EVAL_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _config_arguments(p)
+    p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser("model", help="model utilities")
     msub = p.add_subparsers(dest="model_command", required=True)
@@ -213,7 +255,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 # describe their options: a command line that names another command skips them,
 # so `roll-agentic serverless start` runs light (a worker's Max Memory Used once
 # counted the emulator's 260 MB).
-CORE_COMMANDS = ("train", "model", "env")
+CORE_COMMANDS = ("train", "eval", "model", "env")
 OPTIONAL_COMMANDS = {
     "serverless": "serverless.cli",
     "sim": "roll_agentic.sim.cli",

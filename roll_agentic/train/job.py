@@ -16,31 +16,23 @@ from dataclasses import asdict
 from pathlib import Path
 
 import ray
-import torch
 
-from roll_agentic.cluster import init_ray
 from roll_agentic.config import Config, effective_pools, validate
-from roll_agentic.engine.factory import resolve_backend
-from roll_agentic.engine.host import engine_actor_class
-from roll_agentic.engine.placement import placement
 from roll_agentic.engine.pool_stats import collect_engine_stats
 from roll_agentic.engine.router import Router, router_kwargs
 from roll_agentic.rollout.buffer import RolloutFailing
-from roll_agentic.rollout.task_check import check_tasks
 from roll_agentic.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from roll_agentic.train.evaluation import evaluation_due, run_evaluation
 from roll_agentic.train.job_setup import (
+    check_before_start,
     make_trainer,
     new_buffer,
     resolve_model_path,
     resolve_run_dir,
+    spawn_engines,
     spawn_rollout_workers,
+    start_ray,
     start_rewards,
-)
-from roll_agentic.train.resource_check import (
-    cluster_shortfall_warning,
-    in_process_device_error,
-    shortfall_error,
 )
 from roll_agentic.train.resume_record import (
     config_json,
@@ -83,31 +75,14 @@ class TrainingJob:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.model_path = resolve_model_path(cfg)
-        backend = resolve_backend(cfg.engine.backend)
-        problem = in_process_device_error(cfg, torch.cuda.is_available())
-        if problem:
-            raise RuntimeError(problem)
-        # a typo in env_id or reward, or an env call past the run's limit: one line now, not a failing run
-        check_tasks(cfg.tasks, cfg.reward.mode, cfg.rollout.env_step_timeout_s)
-        self.started_ray = init_ray(cfg.ray)
-        if not cfg.ray.address:  # a local Ray has all its nodes now; a cluster may still grow
-            problem = shortfall_error(cfg, ray.cluster_resources())
-            if problem:
-                raise RuntimeError(problem)
-        elif warning := cluster_shortfall_warning(cfg, ray.cluster_resources()):
-            print(warning, flush=True)
+        check_before_start(cfg)
+        self.started_ray = start_ray(cfg)
         self._start_rewards()
         # A resumed run samples from streams of its own: seeded as at step 0, the engines
         # replayed the run's first sampling noise.
         base_seed = cfg.trainer.seed + ENGINE_SEED_STRIDE * self._resume_step()
-        for pool in effective_pools(cfg):
-            place = placement(pool.resources)  # "GPU"/"CPU" become num_gpus/num_cpus
-            actor = engine_actor_class(place.num_cpus, place.resources).options(num_gpus=place.num_gpus)
-            for _ in range(pool.num_engines):
-                self.engines.append(actor.remote(backend, self.model_path, cfg.engine,
-                                                 base_seed + len(self.engines), pool.name, pool.hardware))
-                self.engine_pools.append(pool.name)
-        ray.get([e.ping.remote() for e in self.engines])
+        self.engines, self.engine_pools = spawn_engines(cfg, self.model_path, base_seed, self.engines,
+                                                        self.engine_pools)
         self.router = ray.remote(num_cpus=0)(Router).remote(**router_kwargs(cfg))
         self.buffer = new_buffer(cfg, self.run_dir)
         self.trainer = make_trainer(self.model_path, cfg)

@@ -32,6 +32,64 @@ def resolve_model_path(cfg: Config) -> str:
     return str(ensure_tiny_model(cfg.model.tiny_dir).resolve())
 
 
+def check_before_start(cfg: Config) -> None:
+    """What can be found wrong before Ray starts, each said in one line (RuntimeError, ValueError)."""
+    import torch
+
+    from roll_agentic.engine.factory import resolve_backend
+    from roll_agentic.rollout.task_check import check_tasks
+    from roll_agentic.train.resource_check import in_process_device_error
+
+    resolve_backend(cfg.engine.backend)  # engine=vllm where vLLM is not installed
+    problem = in_process_device_error(cfg, torch.cuda.is_available())
+    if problem:
+        raise RuntimeError(problem)
+    # a typo in env_id or reward, or an env call past the run's limit: one line now, not a failing run
+    check_tasks(cfg.tasks, cfg.reward.mode, cfg.rollout.env_step_timeout_s)
+
+
+def start_ray(cfg: Config) -> bool:
+    """Starts or joins Ray; True if this call started it. A local Ray that lacks what the
+    config asks for fails here; a cluster, which an autoscaler may grow, gets a warning."""
+    from roll_agentic.cluster import init_ray
+    from roll_agentic.train.resource_check import cluster_shortfall_warning, shortfall_error
+
+    started = init_ray(cfg.ray)
+    if not cfg.ray.address:  # a local Ray has all its nodes now; a cluster may still grow
+        problem = shortfall_error(cfg, ray.cluster_resources())
+        if problem:
+            if started:
+                ray.shutdown()
+            raise RuntimeError(problem)
+    elif warning := cluster_shortfall_warning(cfg, ray.cluster_resources()):
+        print(warning, flush=True)
+    return started
+
+
+def spawn_engines(cfg: Config, model_path: str, base_seed: int, engines: list | None = None,
+                  pools: list[str] | None = None) -> tuple[list, list[str]]:
+    """Every pool's engine actors, up and answering: (engines, the pool of each).
+
+    Appended to `engines` and `pools` as each starts, so that a caller whose start-up is
+    interrupted still holds, and stops, the ones already started."""
+    from roll_agentic.config import effective_pools
+    from roll_agentic.engine.factory import resolve_backend
+    from roll_agentic.engine.host import engine_actor_class
+
+    engines = [] if engines is None else engines
+    pools = [] if pools is None else pools
+    backend = resolve_backend(cfg.engine.backend)
+    for pool in effective_pools(cfg):
+        place = placement(pool.resources)  # "GPU"/"CPU" become num_gpus/num_cpus
+        actor = engine_actor_class(place.num_cpus, place.resources).options(num_gpus=place.num_gpus)
+        for _ in range(pool.num_engines):
+            engines.append(actor.remote(backend, model_path, cfg.engine, base_seed + len(engines), pool.name,
+                                        pool.hardware))
+            pools.append(pool.name)
+    ray.get([e.ping.remote() for e in engines])
+    return engines, pools
+
+
 def make_trainer(model_path: str, cfg: Config):
     """In process for one CPU worker; Ray workers with torch.distributed otherwise."""
     if trainer_in_process(cfg):

@@ -1,0 +1,91 @@
+"""`roll-agentic eval`: a policy's held-out episodes, with no training.
+
+Did the run help? A run's `eval.every` answers on its own weights as it
+goes; this answers for any model directory (`model.path`: a base model,
+or a policy `roll-agentic model export` wrote), so two of them can be
+compared on the same footing: the same tasks, the same eval seeds
+(`eval.seed`, `eval.episodes` per task), the same temperature
+(`eval.temperature`, greedy by default), the same engines, envs and reward
+functions as training uses (`train/evaluation.py`). Each command line is
+one evaluation; its results go to `<output_dir>/<run_name or eval-TIME>/eval.json`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+from pathlib import Path
+
+import ray
+
+from roll_agentic.config import Config, validate
+from roll_agentic.engine.router import Router, router_kwargs
+from roll_agentic.train.evaluation import run_evaluation
+from roll_agentic.train.job_setup import (
+    check_before_start,
+    new_buffer,
+    resolve_model_path,
+    spawn_engines,
+    spawn_rollout_workers,
+    start_ray,
+    start_rewards,
+)
+
+FIGURES = ("mean", "success", "turns", "episodes", "failed")
+
+
+def evaluate_policy(cfg: Config) -> dict:
+    """Plays every task's eval episodes on `model.path` and returns what `eval.json` holds."""
+    cfg = validate(cfg)
+    model_path = resolve_model_path(cfg)
+    check_before_start(cfg)
+    run_dir = Path(cfg.output_dir) / (cfg.run_name or f"eval-{dt.datetime.now():%Y%m%d-%H%M%S}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    print(f"eval dir: {run_dir}", flush=True)
+    started = start_ray(cfg)
+    service, engines, actors = None, [], []
+    try:
+        service, endpoint = start_rewards(cfg, run_dir)
+        spawn_engines(cfg, model_path, cfg.trainer.seed, engines)
+        router = ray.remote(num_cpus=0)(Router).remote(**router_kwargs(cfg))
+        buffer = new_buffer(cfg, run_dir)  # the workers' handle; no training episode is asked of them
+        actors += [router, buffer]
+        workers = spawn_rollout_workers(cfg, model_path, engines, router, buffer, endpoint)
+        actors += workers
+        metrics = run_evaluation(workers, cfg.tasks, cfg.eval)
+    finally:
+        for a in actors + engines:
+            with contextlib.suppress(Exception):
+                ray.kill(a)
+        if service is not None:
+            with contextlib.suppress(Exception):
+                service.stop()
+        if started:
+            ray.shutdown()
+    result = {
+        "model": model_path,
+        "episodes_per_task": cfg.eval.episodes,
+        "temperature": cfg.eval.temperature,
+        "first_seed": cfg.eval.seed,
+        "tasks": {t.name: {f: metrics.get(f"eval/{t.name}/{f}") for f in FIGURES} for t in cfg.tasks},
+        "eval_s": round(metrics["time/eval_s"], 2),
+        "run_dir": str(run_dir),
+    }
+    (run_dir / "eval.json").write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def eval_table(result: dict) -> list[str]:
+    """`evaluate_policy`'s result as a reader takes it in: one line per task."""
+    lines = [f"{result['model']}: {result['episodes_per_task']} episodes per task from seed {result['first_seed']}, "
+             f"temperature {result['temperature']:g}, {result['eval_s']} s",
+             f"  {'task':<16}{'mean':>9}{'success':>9}{'turns':>7}{'failed':>8}"]
+    for name, m in result["tasks"].items():
+        lines.append(f"  {name:<16}{_fmt(m['mean'], '9.3f')}{_fmt(m['success'], '9.3f')}{_fmt(m['turns'], '7.2f')}"
+                     f"{_fmt(m['failed'], '8.0f')}")
+    return lines

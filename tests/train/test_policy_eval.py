@@ -1,0 +1,43 @@
+"""`roll-agentic eval`: a model's held-out episodes with no training, the same each time it is asked."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from roll_agentic.cli import main
+from roll_agentic.hydra_config import load_config
+from roll_agentic.train.policy_eval import eval_table, evaluate_policy
+
+pytestmark = pytest.mark.slow
+
+ARGS = ["engine=hf", "reward=local", "eval.episodes=4", "rollout.num_workers=2", "telemetry.progress=false"]
+
+
+def test_eval_plays_every_tasks_episodes_and_says_the_same_of_the_same_model(tmp_path, tiny_model_path, capsys):
+    args = [*ARGS, f"model.path={tiny_model_path}", f"output_dir={tmp_path}"]
+    assert main(["eval", *args, "run_name=first"]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    result = json.loads(printed[-1])  # the JSON object on the last line
+    assert result["model"] == tiny_model_path and result["episodes_per_task"] == 4
+    for task in ("frozenlake", "guess"):
+        m = result["tasks"][task]
+        assert m["episodes"] == 4 and m["failed"] == 0, m
+        assert 0.0 <= m["success"] <= 1.0 and m["turns"] >= 1
+    assert any(line.strip().startswith("frozenlake") for line in printed)  # the table
+    assert json.loads((tmp_path / "first" / "eval.json").read_text()) == result
+
+    # Greedy, on the same seeds: the same figures on a second asking (here through the library).
+    again = evaluate_policy(load_config([*args, "run_name=second"]))
+    assert again["tasks"] == result["tasks"]
+    assert eval_table(again)[2].split()[0] == "frozenlake"
+
+
+def test_a_model_path_that_is_no_model_is_one_line_and_starts_nothing(tmp_path, capsys):
+    assert main(["eval", *ARGS, f"model.path={tmp_path / 'none'}", f"output_dir={tmp_path}"]) == 1
+    err = capsys.readouterr().err
+    assert "is not a Hugging Face checkpoint" in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # no eval directory
+    assert main(["eval", "eval.episodes=0"]) == 2
+    assert "eval.episodes: expected an integer >= 1" in capsys.readouterr().err
