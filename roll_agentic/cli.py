@@ -136,7 +136,8 @@ def _cmd_model_export(args: argparse.Namespace) -> int:
     except OSError as err:  # an unwritable --out, a disk that filled up: nothing half-written is left
         print(f"error: cannot export to {args.out}: {err}", file=sys.stderr)
         return 1
-    print(f"exported {done.checkpoint} (step {done.step}) to {done.out}: {done.tensors} tensors in "
+    step = f" (step {done.step})" if done.step >= 0 else ""
+    print(f"exported {done.checkpoint}{step} to {done.out}: {done.tensors} tensors in "
           f"{done.dtype}, {done.bytes / 2**20:.1f} MiB, with the config and tokenizer of {done.base}")
     print(f"  load it as any Hugging Face model: AutoModelForCausalLM.from_pretrained({str(done.out)!r}), "
           f"vllm.LLM(model={str(done.out)!r}), or train on from it: roll-agentic train model.path={done.out}")

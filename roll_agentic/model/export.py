@@ -147,6 +147,19 @@ def _check_fits(weights: dict, base_shapes: dict[str, tuple[int, ...]], tied: bo
                           f"{'; '.join(p for p in parts if p)}; pass --base DIR, the model the run trained from")
 
 
+def _tied(base: Path, text_config: dict) -> bool:
+    """Whether the base model's head is its embedding: as transformers reads its config (a key
+    left out takes the model class's default, which differs between classes)."""
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(base)
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        return bool(getattr(text, "tie_word_embeddings", False))
+    except (ValueError, OSError, KeyError):  # a model type this transformers does not know
+        return bool(text_config.get("tie_word_embeddings", False))
+
+
 def _dtype_of(config: dict) -> str:
     text = config.get("text_config") or {}
     return str(config.get("torch_dtype") or config.get("dtype") or text.get("torch_dtype") or "float32")
@@ -181,7 +194,7 @@ def export_checkpoint(source: str | Path, out: str | Path, step: int | None = No
     config = json.loads((base_dir / "config.json").read_text())
     text_config = config.get("text_config") or config
     weights = load_file(str(ckpt / WEIGHTS))
-    _check_fits(weights, _base_tensors(base_dir), bool(text_config.get("tie_word_embeddings", False)), ckpt, base_dir)
+    _check_fits(weights, _base_tensors(base_dir), _tied(base_dir, text_config), ckpt, base_dir)
     target = _dtype_of(config) if dtype == "auto" else dtype
     if target not in DTYPES[1:]:
         raise ExportError(f"the base model's dtype {target!r} is not one to export in; pass --dtype "
