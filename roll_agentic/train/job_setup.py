@@ -23,13 +23,32 @@ from roll_agentic.train.trainer import PolicyTrainer
 def resolve_model_path(cfg: Config) -> str:
     if cfg.model.path:
         p = Path(cfg.model.path)
-        if not (p / "config.json").exists():
-            raise FileNotFoundError(f"model.path={cfg.model.path!r} is not a Hugging Face checkpoint "
-                                    "(no config.json); point it at a local model directory")
+        why = _not_a_model(p)
+        if why:
+            hint = "point it at a local model directory"
+            if (p / "weights.safetensors").is_file() or (p / "checkpoints").is_dir():  # a run or its checkpoint
+                hint = f"a run's checkpoint is one once exported: roll-agentic model export {p} DIR, then model.path=DIR"
+            raise FileNotFoundError(f"model.path={cfg.model.path!r} is not a Hugging Face checkpoint ({why}); {hint}")
         return str(p.resolve())
     from roll_agentic.model.tiny import ensure_tiny_model
 
     return str(ensure_tiny_model(cfg.model.tiny_dir).resolve())
+
+
+def _not_a_model(path: Path) -> str:
+    """Why `path` is no Hugging Face model directory; "" if it may be one. (A run directory has a
+    config.json too, the run's: transformers then failed deep in the engines with a traceback.)"""
+    import json
+
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except FileNotFoundError:
+        return "no config.json"
+    except (OSError, ValueError) as err:
+        return f"its config.json cannot be read: {err}"
+    if not isinstance(config, dict) or "model_type" not in config:
+        return "its config.json names no model_type"
+    return ""
 
 
 def check_before_start(cfg: Config) -> None:

@@ -39,5 +39,12 @@ def test_a_model_path_that_is_no_model_is_one_line_and_starts_nothing(tmp_path, 
     err = capsys.readouterr().err
     assert "is not a Hugging Face checkpoint" in err and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())  # no eval directory
+    # A run directory has a config.json too (the run's): transformers failed on it with a traceback.
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text('{"model": {"path": ""}}')
+    assert main(["eval", *ARGS, f"model.path={run}", f"output_dir={tmp_path / 'out'}"]) == 1
+    err = capsys.readouterr().err
+    assert "names no model_type" in err and f"roll-agentic model export {run} DIR" in err
     assert main(["eval", "eval.episodes=0"]) == 2
     assert "eval.episodes: expected an integer >= 1" in capsys.readouterr().err
