@@ -64,6 +64,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return 130
     if result.get("interrupted") and result.get("steps", 0) < cfg.trainer.total_steps:
         _say_how_to_go_on(args, Path(result["run_dir"]))
+    elif not result.get("interrupted"):
+        _say_how_to_take_it_away(Path(result["run_dir"]))
     if result.get("terminated"):
         return TERMINATED_EXIT_CODE  # 143, as if SIGTERM's default had ended it: schedulers read it so
     return 130 if result.get("interrupted") else 0  # a script can tell a stopped run from a finished one
@@ -104,6 +106,14 @@ def _resume_command(args: argparse.Namespace, run_dir: Path) -> str:
     own = [o for o in args.overrides if o.split("=", 1)[0].lstrip("+~") not in ("trainer.resume", "run_name")]
     words += [*own, "trainer.resume=true", f"run_name={run_dir.name}"]
     return shlex.join(words)
+
+
+def _say_how_to_take_it_away(run_dir: Path) -> None:
+    from roll_agentic.train.checkpoint import latest_checkpoint
+
+    if latest_checkpoint(run_dir / "checkpoints") is not None:
+        print(f"the trained policy as a Hugging Face model: roll-agentic model export {shlex.quote(str(run_dir))} "
+              f"{shlex.quote(str(run_dir / 'policy'))}", flush=True)
 
 
 def _say_how_to_go_on(args: argparse.Namespace, run_dir: Path) -> None:

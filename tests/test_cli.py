@@ -268,3 +268,20 @@ def test_a_stopped_run_prints_the_command_that_goes_on(monkeypatch, tmp_path, ca
     assert shlex.split(line.removeprefix("to go on: ")) == [
         "roll-agentic", "train", f"output_dir={tmp_path}", "engine=hf", task, "trainer.total_steps=5",
         "trainer.resume=true", "run_name=20261128-120000"]
+
+
+def test_a_finished_run_prints_the_command_that_exports_its_policy(monkeypatch, tmp_path, capsys):
+    import shlex
+
+    import torch
+
+    from roll_agentic.train.checkpoint import save_checkpoint
+
+    run_dir = tmp_path / "my run"
+    save_checkpoint(run_dir / "checkpoints", 5, {"w": torch.zeros(1)}, {}, {"buffer": {}}, keep=2)
+    monkeypatch.setattr(job_module, "train", lambda cfg: {"run_dir": str(run_dir), "steps": 5, "interrupted": False,
+                                                         "terminated": False, "metrics": []})
+    assert main(["train", f"output_dir={tmp_path}", "engine=hf", "trainer.total_steps=5"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    words = shlex.split(line.removeprefix("the trained policy as a Hugging Face model: "))
+    assert words == ["roll-agentic", "model", "export", str(run_dir), str(run_dir / "policy")]
