@@ -25,6 +25,7 @@ all keys: roll_agentic/config.py (the schema)."""
 EVAL_EPILOG = """\
 the same config as `train` (tasks, engine, reward); the model is model.path, for example:
   roll-agentic eval model.path=my_policy eval.episodes=64      # a policy `roll-agentic model export` wrote
+  roll-agentic eval model.path=outputs/<run> eval.episodes=64  # a run's newest checkpoint, exported first
   roll-agentic eval eval.episodes=64                           # the base model, on the same seeds
 results: a table, then a JSON object on the last line; also <output_dir>/<eval-TIME>/eval.json."""
 

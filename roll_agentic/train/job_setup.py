@@ -23,7 +23,7 @@ from roll_agentic.train.trainer import PolicyTrainer
 def resolve_model_path(cfg: Config) -> str:
     if cfg.model.path:
         p = Path(cfg.model.path)
-        why = _not_a_model(p)
+        why = not_a_model(p)
         if why:
             hint = "point it at a local model directory"
             if (p / "weights.safetensors").is_file() or (p / "checkpoints").is_dir():  # a run or its checkpoint
@@ -35,7 +35,7 @@ def resolve_model_path(cfg: Config) -> str:
     return str(ensure_tiny_model(cfg.model.tiny_dir).resolve())
 
 
-def _not_a_model(path: Path) -> str:
+def not_a_model(path: Path) -> str:
     """Why `path` is no Hugging Face model directory; "" if it may be one. (A run directory has a
     config.json too, the run's: transformers then failed deep in the engines with a traceback.)"""
     import json

@@ -2,7 +2,8 @@
 
 Did the run help? A run's `eval.every` answers on its own weights as it
 goes; this answers for any model directory (`model.path`: a base model,
-or a policy `roll-agentic model export` wrote), so two of them can be
+a policy `roll-agentic model export` wrote, or a run or checkpoint, which is
+exported into the eval's directory first), so two of them can be
 compared on the same footing: the same tasks, the same eval seeds
 (`eval.seed`, `eval.episodes` per task), the same temperature
 (`eval.temperature`, greedy by default), the same engines, envs and reward
@@ -25,6 +26,7 @@ from roll_agentic.train.evaluation import run_evaluation
 from roll_agentic.train.job_setup import (
     check_before_start,
     new_buffer,
+    not_a_model,
     resolve_model_path,
     spawn_engines,
     spawn_rollout_workers,
@@ -38,9 +40,10 @@ FIGURES = ("mean", "success", "turns", "episodes", "failed")
 def evaluate_policy(cfg: Config) -> dict:
     """Plays every task's eval episodes on `model.path` and returns what `eval.json` holds."""
     cfg = validate(cfg)
+    run_dir = Path(cfg.output_dir) / (cfg.run_name or f"eval-{dt.datetime.now():%Y%m%d-%H%M%S}")
+    checkpoint = _exported_for_eval(cfg, run_dir)
     model_path = resolve_model_path(cfg)
     check_before_start(cfg)
-    run_dir = Path(cfg.output_dir) / (cfg.run_name or f"eval-{dt.datetime.now():%Y%m%d-%H%M%S}")
     run_dir.mkdir(parents=True, exist_ok=True)
     print(f"eval dir: {run_dir}", flush=True)
     started = start_ray(cfg)
@@ -65,6 +68,7 @@ def evaluate_policy(cfg: Config) -> dict:
             ray.shutdown()
     result = {
         "model": model_path,
+        "checkpoint": checkpoint,
         "episodes_per_task": cfg.eval.episodes,
         "temperature": cfg.eval.temperature,
         "first_seed": cfg.eval.seed,
@@ -76,13 +80,31 @@ def evaluate_policy(cfg: Config) -> dict:
     return result
 
 
+def _exported_for_eval(cfg: Config, run_dir: Path) -> str:
+    """A `model.path` naming a run (its newest checkpoint) or one checkpoint is exported into
+    the eval's directory (`model export`), and the model there evaluated: returns the
+    checkpoint, or "" when `model.path` is a model already."""
+    from roll_agentic.model.export import WEIGHTS, export_checkpoint
+
+    source = Path(cfg.model.path) if cfg.model.path else None
+    if source is None or (source / "config.json").is_file() and not not_a_model(source):
+        return ""
+    if not ((source / WEIGHTS).is_file() or (source / "checkpoints").is_dir()):
+        return ""  # neither: `resolve_model_path` says what it is not
+    done = export_checkpoint(source, run_dir / "policy")
+    print(f"exported {done.checkpoint} to {done.out} for this evaluation", flush=True)
+    cfg.model.path = str(done.out)
+    return str(done.checkpoint)
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
 def eval_table(result: dict) -> list[str]:
     """`evaluate_policy`'s result as a reader takes it in: one line per task."""
-    lines = [f"{result['model']}: {result['episodes_per_task']} episodes per task from seed {result['first_seed']}, "
+    model = f"{result['checkpoint']} (as {result['model']})" if result.get("checkpoint") else result["model"]
+    lines = [f"{model}: {result['episodes_per_task']} episodes per task from seed {result['first_seed']}, "
              f"temperature {result['temperature']:g}, {result['eval_s']} s",
              f"  {'task':<16}{'mean':>9}{'success':>9}{'turns':>7}{'failed':>8}"]
     for name, m in result["tasks"].items():

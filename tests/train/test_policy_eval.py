@@ -39,12 +39,32 @@ def test_a_model_path_that_is_no_model_is_one_line_and_starts_nothing(tmp_path, 
     err = capsys.readouterr().err
     assert "is not a Hugging Face checkpoint" in err and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())  # no eval directory
-    # A run directory has a config.json too (the run's): transformers failed on it with a traceback.
+    # A run directory has a config.json too (the run's): transformers failed on it with a
+    # traceback. One with no checkpoint yet has nothing to evaluate.
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     (run / "config.json").write_text('{"model": {"path": ""}}')
     assert main(["eval", *ARGS, f"model.path={run}", f"output_dir={tmp_path / 'out'}"]) == 1
     err = capsys.readouterr().err
-    assert "names no model_type" in err and f"roll-agentic model export {run} DIR" in err
+    assert f"error: {run} has no complete checkpoint yet" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_run_named_as_the_model_is_evaluated_on_its_newest_checkpoint(tmp_path, tiny_model_path, capsys):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from roll_agentic.train.checkpoint import save_checkpoint
+
+    run = tmp_path / "run"
+    weights = {k: v + 0.01 for k, v in AutoModelForCausalLM.from_pretrained(tiny_model_path).state_dict().items()
+               if k != "lm_head.weight"}
+    save_checkpoint(run / "checkpoints", 7, weights, {}, {"buffer": {}, "model_path": tiny_model_path})
+    assert main(["eval", *ARGS, f"model.path={run}", f"output_dir={tmp_path}", "run_name=e"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["checkpoint"] == str(run / "checkpoints" / "step_000007")
+    assert result["model"] == str(tmp_path / "e" / "policy")  # exported there, and evaluated
+    assert all(m["episodes"] == 4 for m in result["tasks"].values())
+    served = AutoModelForCausalLM.from_pretrained(result["model"]).state_dict()
+    assert torch.equal(served["model.norm.weight"], weights["model.norm.weight"])
     assert main(["eval", "eval.episodes=0"]) == 2
     assert "eval.episodes: expected an integer >= 1" in capsys.readouterr().err
