@@ -132,9 +132,8 @@ def _built_tensors(base: Path) -> dict[str, tuple[int, ...]]:
 
 def _check_fits(weights: dict, base_shapes: dict[str, tuple[int, ...]], tied: bool, ckpt: Path, base: Path) -> None:
     expected = dict(base_shapes)
-    if tied:  # saved or not, the tied head is the embedding
+    if tied:  # saved or not, the tied head is the embedding (the export leaves it out)
         expected.pop("lm_head.weight", None)
-        weights.pop("lm_head.weight", None)
     missing = sorted(set(expected) - set(weights))
     extra = sorted(set(weights) - set(expected))
     wrong = sorted(k for k in set(expected) & set(weights) if tuple(weights[k].shape) != expected[k])
@@ -194,7 +193,10 @@ def export_checkpoint(source: str | Path, out: str | Path, step: int | None = No
     config = json.loads((base_dir / "config.json").read_text())
     text_config = config.get("text_config") or config
     weights = load_file(str(ckpt / WEIGHTS))
-    _check_fits(weights, _base_tensors(base_dir), _tied(base_dir, text_config), ckpt, base_dir)
+    tied = _tied(base_dir, text_config)
+    if tied:
+        weights.pop("lm_head.weight", None)
+    _check_fits(weights, _base_tensors(base_dir), tied, ckpt, base_dir)
     target = _dtype_of(config) if dtype == "auto" else dtype
     if target not in DTYPES[1:]:
         raise ExportError(f"the base model's dtype {target!r} is not one to export in; pass --dtype "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import ray
@@ -41,7 +42,9 @@ def evaluate_policy(cfg: Config) -> dict:
     """Plays every task's eval episodes on `model.path` and returns what `eval.json` holds."""
     cfg = validate(cfg)
     run_dir = Path(cfg.output_dir) / (cfg.run_name or f"eval-{dt.datetime.now():%Y%m%d-%H%M%S}")
-    checkpoint = _exported_for_eval(cfg, run_dir)
+    checkpoint, exported = _exported_for_eval(cfg, run_dir)
+    if exported:
+        cfg = replace(cfg, model=replace(cfg.model, path=exported))
     model_path = resolve_model_path(cfg)
     check_before_start(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -80,21 +83,20 @@ def evaluate_policy(cfg: Config) -> dict:
     return result
 
 
-def _exported_for_eval(cfg: Config, run_dir: Path) -> str:
+def _exported_for_eval(cfg: Config, run_dir: Path) -> tuple[str, str]:
     """A `model.path` naming a run (its newest checkpoint) or one checkpoint is exported into
-    the eval's directory (`model export`), and the model there evaluated: returns the
-    checkpoint, or "" when `model.path` is a model already."""
+    the eval's directory (`model export`): (the checkpoint, the model written), or ("", "")
+    when `model.path` is a model already, or nothing `resolve_model_path` would not refuse."""
     from roll_agentic.model.export import WEIGHTS, export_checkpoint
 
     source = Path(cfg.model.path) if cfg.model.path else None
-    if source is None or (source / "config.json").is_file() and not not_a_model(source):
-        return ""
+    if source is None or not not_a_model(source):
+        return "", ""
     if not ((source / WEIGHTS).is_file() or (source / "checkpoints").is_dir()):
-        return ""  # neither: `resolve_model_path` says what it is not
+        return "", ""
     done = export_checkpoint(source, run_dir / "policy")
     print(f"exported {done.checkpoint} to {done.out} for this evaluation", flush=True)
-    cfg.model.path = str(done.out)
-    return str(done.checkpoint)
+    return str(done.checkpoint), str(done.out)
 
 
 def _fmt(value: float | None, spec: str) -> str:
