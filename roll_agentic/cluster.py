@@ -108,9 +108,10 @@ def ray_processes_in_own_session() -> Iterator[None]:
     forks) go in a session and process group of their own.
 
     `timeout`, and whatever else stops a run by signalling its whole process group,
-    used to reach them too: they died at once, and the run, which takes SIGTERM by
-    checkpointing its last step (`train/termination.py`), had no actors left to save
-    from. Out of the group, only the run's own process gets the signal; the Ray
+    used to reach them too: the control store (GCS) ended, and while the run took its
+    SIGTERM (`train/termination.py`), anything that needed a new Ray task or actor
+    hung for a minute, then failed (the actors it had still answered). Out of the
+    group, only the run's own process gets the signal; the Ray
     processes still end with it (Ray kills them when their parent dies, and
     `ray.shutdown` does). Ctrl-C is unchanged: Ray's processes block SIGINT anyway.
     A Ray whose internals moved (no `ConsolePopen`) starts as before.
