@@ -175,6 +175,14 @@ class TrainerConfig:
     # with num_workers > 1: how long a worker waits for the others in one collective; past
     # it (a worker dead or stuck) every worker stops and the run says how to resume
     collective_timeout_s: float = 600.0
+    # LoRA (train/lora.py): 0 trains every weight; R > 0 trains rank-R adapters on the
+    # linear layers named in lora_targets, the base frozen. Engines get merged weights.
+    lora_rank: int = 0
+    lora_alpha: float = 32.0  # the adapters' update is scaled by lora_alpha / lora_rank
+    lora_targets: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    # modules trained whole beside the adapters (PEFT's modules_to_save), e.g. [embed_tokens]
+    lora_full_modules: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -378,6 +386,16 @@ def validate(cfg: Config) -> Config:
     _check(e, cfg.trainer.collective_timeout_s > 0, "trainer.collective_timeout_s", "a number of seconds > 0",
            cfg.trainer.collective_timeout_s)
     _check(e, cfg.trainer.strategy in ("ddp", "fsdp"), "trainer.strategy", "ddp or fsdp", cfg.trainer.strategy)
+    _check(e, cfg.trainer.lora_rank >= 0, "trainer.lora_rank", "an integer >= 0 (0: no LoRA)", cfg.trainer.lora_rank)
+    if cfg.trainer.lora_rank > 0:
+        _check(e, cfg.trainer.lora_alpha > 0, "trainer.lora_alpha", "a number > 0", cfg.trainer.lora_alpha)
+        _check(e, bool(cfg.trainer.lora_targets) and all(isinstance(t, str) and t for t in cfg.trainer.lora_targets),
+               "trainer.lora_targets", "a non-empty list of linear layer names (e.g. [q_proj,v_proj])",
+               cfg.trainer.lora_targets)
+        _check(e, all(isinstance(t, str) and t for t in cfg.trainer.lora_full_modules), "trainer.lora_full_modules",
+               "a list of module names (e.g. [embed_tokens])", cfg.trainer.lora_full_modules)
+        _check(e, cfg.trainer.strategy != "fsdp", "trainer.strategy",
+               "ddp with trainer.lora_rank > 0 (LoRA under FSDP is not supported yet)", cfg.trainer.strategy)
     _check(e, re.fullmatch(r"cpu|cuda(:\d+)?", cfg.trainer.device) is not None, "trainer.device",
            "cpu, cuda or cuda:N", cfg.trainer.device)
     _check(e, cfg.router.policy in ("affinity", "phase_aware"), "router.policy", "affinity or phase_aware", cfg.router.policy)

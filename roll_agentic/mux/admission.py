@@ -69,6 +69,10 @@ def refusal(cfg: Config, model_path: str, pool_model_path: str, m: MuxConfig) ->
                 "`roll-agentic train` instead")
     if cfg.trainer.num_workers != 1 or cfg.trainer.resources:
         return "trainer.num_workers must be 1: a training node here is one trainer process"
+    if cfg.trainer.lora_rank:
+        # A slot swaps one model object's tensors between jobs: adapters would change its modules.
+        return ("trainer.lora_rank must be 0: a training node swaps whole models between jobs, not LoRA "
+                "adapters; run a LoRA job with `roll-agentic train`")
     problem = task_problem(cfg.tasks, cfg.reward.mode, cfg.rollout.env_step_timeout_s)
     if problem:
         return problem

@@ -19,6 +19,14 @@ import torch
 from roll_agentic.config import AlgoConfig, TrainerConfig
 from roll_agentic.rollout.trajectory import Trajectory
 from roll_agentic.train.advantages import group_advantages
+from roll_agentic.train.lora import (
+    adapter_state,
+    adapters_off,
+    apply_lora,
+    has_lora,
+    load_adapter_state,
+    merged_state_dict,
+)
 from roll_agentic.train.loss import ppo_clip_loss_sum, token_logprobs, token_logprobs_and_entropy
 from roll_agentic.train.lr_schedule import lr_at
 from roll_agentic.train.trust_region import AdaptiveLR, step_kl_sum
@@ -75,14 +83,22 @@ class PolicyTrainer:
         # Eval mode, as the engines score: a checkpoint's dropout would make the ratio on the
         # sampling weights noise around 1 (and the step KL dropout noise). Gradients still flow.
         self.model.eval()
-        self.ref_model = reference_model(model_path, self.device) if algo.kl_coef > 0 else None
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        # The KL term's reference: the initial policy. With LoRA that is the frozen base itself,
+        # adapters off (no second copy of the weights).
+        self.ref_model = reference_model(model_path, self.device) if algo.kl_coef > 0 and not cfg.lora_rank else None
+        if cfg.lora_rank > 0:  # adapters only: the base is frozen (train/lora.py)
+            apply_lora(self.model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.lora_full_modules)
+        self.optimizer = torch.optim.AdamW(self.trainable(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.step = 0
         self._sums = self._zero_sums()
         self._pending: list[Sample] = []
         self.trust = AdaptiveLR(algo.target_kl)  # lr follows each step's KL (trust_region.py)
         # With a target KL: each micro-batch's inputs and pre-step logprobs, to measure the step.
         self._trained: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def trainable(self) -> list[torch.nn.Parameter]:
+        """The parameters the optimizer steps: all of them, or with LoRA the adapters."""
+        return [p for p in self.model.parameters() if p.requires_grad]
 
     @staticmethod
     def _zero_sums() -> dict[str, float]:
@@ -119,6 +135,10 @@ class PolicyTrainer:
             with torch.no_grad():
                 ref = token_logprobs(self.ref_model(input_ids=ids, attention_mask=attn).logits, ids,
                                      self.temperature, self.top_p)
+        elif self.algo.kl_coef > 0 and has_lora(self.model):
+            with torch.no_grad(), adapters_off(self.model):
+                ref = token_logprobs(self.model(input_ids=ids, attention_mask=attn).logits, ids,
+                                     self.temperature, self.top_p)
         algo = self.algo
         sums = ppo_clip_loss_sum(lp, old, adv, mask, algo.clip_eps, ref, algo.kl_coef, entropy,
                                  algo.entropy_coef, algo.clip_eps_high, algo.dual_clip, algo.loss_agg)
@@ -142,7 +162,7 @@ class PolicyTrainer:
             from roll_agentic.train.fsdp import is_sharded
 
             if not is_sharded(self.model):  # FSDP has reduce-scattered already
-                for p in self.model.parameters():
+                for p in self.trainable():
                     if p.grad is None:  # a rank with an empty shard still joins every collective
                         p.grad = torch.zeros_like(p)
                     torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.SUM)
@@ -154,10 +174,11 @@ class PolicyTrainer:
         per_row = self.algo.loss_agg == "seq_mean_token_mean"
         denominator = max(self._sums["rows" if per_row else "tokens"], 1.0)
         scale = 1.0 / denominator
-        for p in self.model.parameters():
+        params = self.trainable()
+        for p in params:
             if p.grad is not None:
                 p.grad.mul_(scale)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
         if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
             grad_norm = grad_norm.full_tensor()
         lr = lr_at(self.step if step is None else step, self.cfg.lr, self.cfg.total_steps, self.cfg.lr_schedule,
@@ -219,7 +240,7 @@ class PolicyTrainer:
         """Parameters under Hugging Face names, as engines load them (tied lm_head left out)."""
         from roll_agentic.train.fsdp import full_state_dict
 
-        state = full_state_dict(self.model)
+        state = merged_state_dict(self.model) if has_lora(self.model) else full_state_dict(self.model)
         if getattr(self.model.config, "tie_word_embeddings", False):
             state.pop("lm_head.weight", None)
         return state
@@ -227,17 +248,23 @@ class PolicyTrainer:
     def state(self) -> dict:
         from roll_agentic.train.fsdp import full_optimizer_state
 
-        return {
+        state = {
             "step": self.step,
             "lr_mult": self.trust.mult,
             "optimizer": full_optimizer_state(self.model, self.optimizer),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
         }
+        if has_lora(self.model):  # the checkpoint's weights are merged: the adapters resume the run
+            state["lora"] = adapter_state(self.model)
+        return state
 
     def load_state(self, state: dict, weights: dict[str, torch.Tensor]) -> None:
         from roll_agentic.train.fsdp import load_full_state
 
-        load_full_state(self.model, self.optimizer, weights, state["optimizer"])
+        if has_lora(self.model) or "lora" in state:
+            self._load_lora_state(state, weights)
+        else:
+            load_full_state(self.model, self.optimizer, weights, state["optimizer"])
         # The saved param groups carry the run's hyperparameters: a resume runs with its own
         # settings (job.py prints what differs), so `trainer.weight_decay` is this run's, not
         # the checkpoint's (lr is set at every step by `apply`).
@@ -250,3 +277,35 @@ class PolicyTrainer:
         torch.set_rng_state(state["rng"]["torch"])
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])
+
+    def _load_lora_state(self, state: dict, weights: dict[str, torch.Tensor]) -> None:
+        """A LoRA run's resume: its adapters and their optimizer state onto the base from `model.path`.
+
+        The checkpoint's weights are the merged ones the engines took; the base is rebuilt from
+        the model path as when the run started, so they are not loaded here.
+        """
+        if "lora" not in state:
+            raise ValueError("the checkpoint is of a run that trained every weight: resume it with "
+                             "trainer.lora_rank=0 (or start a LoRA run from its exported model)")
+        if not has_lora(self.model):
+            raise ValueError("the checkpoint is of a LoRA run: resume it with the run's own trainer.lora_rank "
+                             "and trainer.lora_targets (or export it and train on the exported model)")
+        before = adapter_state(self.model)
+        load_adapter_state(self.model, state["lora"])
+        try:
+            _check_merged(merged_state_dict(self.model), weights)
+        except ValueError:
+            load_adapter_state(self.model, before)  # a refusal leaves the trainer as it was
+            raise
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+def _check_merged(merged: dict[str, torch.Tensor], weights: dict[str, torch.Tensor]) -> None:
+    """A LoRA checkpoint's merged weights must be this base plus its adapters: else the base
+    (`model.path`) is not the one the run trained on, and the resumed policy would not be the
+    checkpoint's. Refused in one line, naming a tensor that differs."""
+    for name, saved in weights.items():
+        own = merged.get(name)
+        if own is None or own.shape != saved.shape or not torch.allclose(own, saved.to(own.dtype), atol=1e-4):
+            raise ValueError(f"the checkpoint's weights are not model.path's base plus the run's LoRA adapters "
+                             f"({name} differs): resume with the model the run was started with (model.path)")

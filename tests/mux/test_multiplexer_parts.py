@@ -110,6 +110,9 @@ def test_refusals_name_their_reason(tiny_model_path):
     tail = _job_cfg()
     tail.rollout.mode = "tail_batching"
     assert "rollout.mode must be async" in admission.refusal(tail, tiny_model_path, tiny_model_path, m)
+    lora = _job_cfg()
+    lora.trainer.lora_rank = 8
+    assert "trainer.lora_rank must be 0" in admission.refusal(lora, tiny_model_path, tiny_model_path, m)
     need = admission.estimated_state_bytes(tiny_model_path, _job_cfg())
     small = MuxConfig(residency_budget_bytes=need - 1)
     why = admission.refusal(_job_cfg(), tiny_model_path, tiny_model_path, small)

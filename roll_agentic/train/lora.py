@@ -1,0 +1,152 @@
+"""LoRA: train low-rank adapters on the policy's linear layers, the base frozen.
+
+`trainer.lora_rank=R` wraps each `nn.Linear` whose name ends in one of
+`trainer.lora_targets` (all of a decoder's projections by default) so that
+
+    y = x W^T + b + (alpha / R) * (x A^T) B^T
+
+with W and b frozen, A (R x in) drawn as Kaiming-uniform and B (out x R)
+zero: the first step starts from the base policy exactly. Only A and B get
+gradients and AdamW moments, so the optimizer state is a few percent of a
+full fine-tune's (what bounds the model that fits a trainer).
+
+The engines never see the adapters: what the trainer publishes, checkpoints
+and exports is the merged weight W + (alpha / R) B A under the model's own
+Hugging Face names (`merged_state_dict`), so vLLM, the torch engine,
+`model export` and `eval` take a LoRA run as they take any other. To resume
+exactly, the adapters themselves ride in the trainer state (`adapter_state`):
+a resumed run rebuilds the same base from `model.path` and loads them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+# Every projection of a Llama/Qwen-style decoder layer: attention and MLP.
+ALL_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LoraLinear(nn.Module):
+    """A frozen `nn.Linear` plus a trainable rank-`rank` update, scaled by `alpha / rank`."""
+
+    def __init__(self, base: nn.Linear, rank: int, alpha: float):
+        super().__init__()
+        self.base = base.requires_grad_(False)
+        self.scale = alpha / rank
+        w = base.weight
+        self.lora_A = nn.Parameter(torch.empty(rank, base.in_features, dtype=w.dtype, device=w.device))
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank, dtype=w.dtype, device=w.device))
+        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # nn.Linear's own init, as LoRA's paper code
+
+    enabled = True  # off inside `adapters_off`: the layer is its base
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.enabled:
+            return self.base(x)
+        return self.base(x) + (x @ self.lora_A.t() @ self.lora_B.t()) * self.scale
+
+    def merged_weight(self) -> torch.Tensor:
+        return self.base.weight + self.scale * (self.lora_B @ self.lora_A)
+
+
+def apply_lora(model: nn.Module, rank: int, alpha: float, targets: list[str] | tuple[str, ...],
+               full: list[str] | tuple[str, ...] = ()) -> int:
+    """Wraps the targeted linear layers and freezes everything else but the modules named in
+    `full` (trained whole beside the adapters, PEFT's `modules_to_save`); returns how many
+    layers were wrapped.
+
+    ValueError, naming the model's layers, when no target names a linear layer or a `full`
+    name names no module.
+    """
+    names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+    unknown = [f for f in full if f not in names]
+    if unknown:
+        raise ValueError(f"trainer.lora_full_modules {unknown} name no module of the model; its modules "
+                         f"include {sorted(n for n in names if n and not n.isdigit())[:12]}")
+    wrapped = []
+    for module in list(model.modules()):
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, nn.Linear) and child_name in targets:
+                wrapped.append((module, child_name, child))
+    if not wrapped:
+        linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)})
+        raise ValueError(f"trainer.lora_targets {list(targets)} name none of the model's linear layers; "
+                         f"its linear layers are named {linear}")
+    model.requires_grad_(False)
+    for name, module in model.named_modules():
+        if name.rsplit(".", 1)[-1] in full:
+            module.requires_grad_(True)
+    for parent, child_name, child in wrapped:
+        setattr(parent, child_name, LoraLinear(child, rank, alpha))
+    return len(wrapped)
+
+
+@contextmanager
+def adapters_off(model: nn.Module) -> Iterator[None]:
+    """The base model, for as long as the block runs: the KL term's reference policy, with no
+    second copy of the weights (the one a full fine-tune keeps for it)."""
+    layers = [m for m in model.modules() if isinstance(m, LoraLinear)]
+    for m in layers:
+        m.enabled = False
+    try:
+        yield
+    finally:
+        for m in layers:
+            m.enabled = True
+
+
+def has_lora(model: nn.Module) -> bool:
+    return any(isinstance(m, LoraLinear) for m in model.modules())
+
+
+def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state under its Hugging Face names, each adapter merged into its weight (CPU copies)."""
+    lora_prefixes = {name + "." for name, m in model.named_modules() if isinstance(m, LoraLinear)}
+    merged = {name: m for name, m in model.named_modules() if isinstance(m, LoraLinear)}
+    out: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for key, value in model.state_dict().items():
+            prefix = _lora_prefix(key, lora_prefixes)
+            if prefix is None:
+                out[key] = value.detach().to("cpu").contiguous()
+                continue
+            rest = key[len(prefix):]
+            if rest == "base.weight":
+                out[prefix + "weight"] = merged[prefix[:-1]].merged_weight().detach().to("cpu").contiguous()
+            elif rest.startswith("base."):
+                out[prefix + rest[len("base."):]] = value.detach().to("cpu").contiguous()
+            # lora_A / lora_B: merged above, not an engine's tensor
+    return out
+
+
+def _lora_prefix(key: str, prefixes: set[str]) -> str | None:
+    head = key.rsplit(".", 2)[0] + "."  # "...q_proj." of "...q_proj.base.weight"
+    if head in prefixes:
+        return head
+    head = key.rsplit(".", 1)[0] + "."  # "...q_proj." of "...q_proj.lora_A"
+    return head if head in prefixes else None
+
+
+def adapter_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The trained tensors by name (CPU copies), the adapters and any module trained whole:
+    what a resume needs beyond the base."""
+    return {n: p.detach().to("cpu").clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def load_adapter_state(model: nn.Module, adapters: dict[str, torch.Tensor]) -> None:
+    """Loads `adapter_state`'s tensors; ValueError, in one line, when they are not this model's adapters."""
+    own = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    wrong = sorted(own.keys() ^ adapters.keys())
+    if not wrong:
+        wrong = [n for n, p in own.items() if tuple(p.shape) != tuple(adapters[n].shape)]
+    if wrong:
+        raise ValueError(f"the checkpoint's LoRA adapters do not fit this trainer ({len(wrong)} differ, e.g. "
+                         f"{wrong[0]}): resume with the run's own trainer.lora_rank, lora_targets and lora_full_modules")
+    with torch.no_grad():
+        for n, p in own.items():
+            p.copy_(adapters[n].to(p.device, p.dtype))
