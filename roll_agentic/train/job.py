@@ -8,6 +8,7 @@ the phases of several jobs on shared pools.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import signal
@@ -38,6 +39,8 @@ from roll_agentic.train.resume_record import (
     config_json,
     flat_config,
     keep_copy,
+    lora_mismatch,
+    saved_flat_config,
     schedule_change_line,
 )
 from roll_agentic.train.rollout_wait import EVERY_S, RolloutWaitReporter
@@ -76,6 +79,7 @@ class TrainingJob:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.model_path = resolve_model_path(cfg)
         check_before_start(cfg)
+        self._check_resume_lora()
         self.started_ray = start_ray(cfg)
         self._start_rewards()
         # A resumed run samples from streams of its own: seeded as at step 0, the engines
@@ -96,6 +100,14 @@ class TrainingJob:
     def _start_rewards(self) -> None:
         self.reward_service, self.reward_endpoint = start_rewards(self.cfg, self.run_dir)
 
+    def _check_resume_lora(self) -> None:
+        """A resume with other LoRA settings than the run's is refused before anything starts."""
+        if self.cfg.trainer.resume and self._resume_step() > 0:
+            before = saved_flat_config(self.run_dir)
+            problem = before and lora_mismatch(before, flat_config(json.loads(config_json(asdict(self.cfg)))))
+            if problem:
+                raise ValueError(problem)
+
     def _say_what_resume_changed(self) -> None:
         """A resume runs with this command line's settings: say where they differ from the run's.
 
@@ -103,15 +115,10 @@ class TrainingJob:
         trainer.total_steps=20` run on the default engine with 80 steps (and a
         learning-rate schedule stretched to them), silently.
         """
+        before = saved_flat_config(self.run_dir) if self.cfg.trainer.resume else None
+        if before is None:
+            return
         saved = self.run_dir / "config.json"
-        if not self.cfg.trainer.resume or not saved.is_file():
-            return
-        import json
-
-        try:
-            before = flat_config(json.loads(saved.read_text()))
-        except (OSError, ValueError):
-            return
         now = flat_config(json.loads(config_json(asdict(self.cfg))))
         changed = [f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(before) | set(now))
                    # run_name: the saved config may hold "" (a fresh run named at its start)
@@ -148,8 +155,6 @@ class TrainingJob:
         saved = self.run_dir / "config.json"
         if not saved.is_file():
             return
-        import json
-
         try:
             before = json.loads(saved.read_text()).get("trainer", {})
         except (OSError, ValueError, AttributeError):

@@ -74,3 +74,39 @@ def config_json(obj) -> str:
     import json
 
     return json.dumps(obj, indent=2, default=str)
+
+
+LORA_KEYS = ("trainer.lora_rank", "trainer.lora_alpha", "trainer.lora_targets", "trainer.lora_full_modules")
+
+
+def lora_mismatch(before: dict, now: dict) -> str | None:
+    """One line when a resume's LoRA settings are not the run's (flat configs, `flat_config`).
+
+    The checkpoint holds adapters of one shape (or none): another rank, alpha or
+    target list cannot go on from it, and the trainer would refuse only once the
+    engines had started. Said before anything starts, with the overrides to pass.
+    """
+    if not before.get("trainer.lora_rank"):
+        if now.get("trainer.lora_rank"):
+            return ("this run trained every weight: resume it without trainer.lora_rank (or start a LoRA "
+                    "run from its exported model: roll-agentic model export)")
+        return None
+    differ = [k for k in LORA_KEYS if k in before and before.get(k) != now.get(k)]
+    if not differ:
+        return None
+
+    def override(k: str) -> str:
+        v = before[k]
+        return f"'{k}=[{','.join(v)}]'" if isinstance(v, list) else f"{k}={v}"
+
+    return f"this run trained LoRA adapters with other settings: resume it with {' '.join(map(override, differ))}"
+
+
+def saved_flat_config(run_dir: Path) -> dict | None:
+    """The run's own settings (its config.json) as dotted keys; None if it has none readable."""
+    import json
+
+    try:
+        return flat_config(json.loads((run_dir / "config.json").read_text()))
+    except (OSError, ValueError):
+        return None

@@ -146,6 +146,10 @@ def test_a_lora_run_trains_syncs_its_engines_resumes_and_exports(tmp_path, tiny_
             "telemetry.progress=false", *extra])
 
     TrainingJob(cfg()).run()
+    # Resumed without its LoRA settings: refused before anything starts, with the overrides to pass.
+    plain = cfg("trainer.total_steps=3", "trainer.resume=true", "trainer.lora_rank=0")
+    with pytest.raises(ValueError, match=r"resume it with trainer.lora_rank=8$"):
+        TrainingJob(plain).run()
     TrainingJob(cfg("trainer.total_steps=3", "trainer.resume=true")).run()
     run = tmp_path / "lora"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -218,3 +222,16 @@ def test_modules_trained_whole_beside_the_adapters_train_and_resume(tiny_model_p
     assert torch.equal(resumed.engine_state_dict()[emb], weights[emb])
     with pytest.raises(ValueError, match=r"lora_full_modules \['embeddings'\] name no module of the model"):
         PolicyTrainer(tiny_model_path, TrainerConfig(lora_rank=4, lora_full_modules=["embeddings"]), AlgoConfig())
+
+
+def test_a_resume_with_other_lora_settings_names_the_runs_own():
+    from roll_agentic.train.resume_record import lora_mismatch
+
+    run = {"trainer.lora_rank": 8, "trainer.lora_alpha": 32.0, "trainer.lora_targets": ["q_proj", "v_proj"],
+           "trainer.lora_full_modules": []}
+    assert lora_mismatch(run, dict(run)) is None
+    assert lora_mismatch({"trainer.lora_rank": 0}, {"trainer.lora_rank": 0}) is None
+    assert lora_mismatch({}, {"trainer.lora_rank": 0}) is None  # a run from before LoRA
+    now = {**run, "trainer.lora_rank": 0, "trainer.lora_targets": ["q_proj"]}
+    assert lora_mismatch(run, now).endswith("resume it with trainer.lora_rank=8 'trainer.lora_targets=[q_proj,v_proj]'")
+    assert "trained every weight" in lora_mismatch({"trainer.lora_rank": 0}, run)
