@@ -17,7 +17,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
-BENCHMARKS = ["engine", "rollout", "serverless", "tail", "reliability", "switch"]
+BENCHMARKS = ["engine", "rollout", "serverless", "tail", "reliability", "switch", "lora"]
 
 
 def add_parser(subparsers) -> None:
