@@ -14,7 +14,6 @@ here, so it also runs where only torch and transformers are installed.
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import sys
 import tempfile
@@ -26,7 +25,12 @@ import torch
 
 from roll_agentic.arg_types import at_least
 from roll_agentic.bench.cli import print_result, standalone_main
-from roll_agentic.bench.switch import build_random_model
+from roll_agentic.bench.random_model import (
+    add_model_options,
+    build_random_model,
+    check_model_options,
+    sync_device,
+)
 
 
 @dataclass
@@ -41,12 +45,7 @@ class LoraBenchConfig:
 
 
 def _validate(cfg: LoraBenchConfig) -> None:
-    if re.fullmatch(r"cpu|cuda(:\d+)?", cfg.device) is None:
-        raise SystemExit(f"bench lora: --device must be cpu, cuda or cuda:N, got {cfg.device!r}")
-    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("bench lora: --device cuda, but torch sees no CUDA device; use --device cpu")
-    if cfg.hidden < 64 or cfg.hidden % 64:
-        raise SystemExit(f"bench lora: --hidden must be a multiple of 64 (heads of 64), got {cfg.hidden}")
+    check_model_options("lora", cfg.device, cfg.hidden)
     if cfg.layers < 1 or cfg.steps < 2 or cfg.vocab < 64 or cfg.rank < 1:
         raise SystemExit("bench lora: --layers >= 1, --steps >= 2, --vocab >= 64 and --rank >= 1")
 
@@ -57,11 +56,6 @@ def _batch(vocab: int, seed: int):
     g = torch.Generator().manual_seed(seed)
     return [Sample(torch.randint(2, vocab, (64,), generator=g).tolist(), [0] * 16 + [1] * 48, [-1.0] * 64,
                    1.0 if i % 2 else -1.0) for i in range(8)]
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def _optimizer_bytes(optimizer: torch.optim.Optimizer) -> int:
@@ -77,15 +71,15 @@ def _measure(model: Path, cfg: LoraBenchConfig, rank: int, log) -> tuple[dict, o
     trainer = PolicyTrainer(str(model), tcfg, AlgoConfig())
     times = []
     for step in range(cfg.steps):
-        _sync(cfg.device)
+        sync_device(cfg.device)
         t0 = time.perf_counter()
         trainer.train_step(_batch(cfg.vocab, step))
-        _sync(cfg.device)
+        sync_device(cfg.device)
         times.append(time.perf_counter() - t0)
         log(f"{'lora' if rank else 'full'} step {step}: {times[-1]:.3f} s")
     t0 = time.perf_counter()
     trainer.engine_state_dict()
-    _sync(cfg.device)
+    sync_device(cfg.device)
     publish_s = time.perf_counter() - t0
     return {
         "trained_params": sum(p.numel() for p in trainer.trainable()),
@@ -143,13 +137,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("lora", help="LoRA vs full fine-tune: optimizer state, step time, merged weights",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     d = LoraBenchConfig()
-    p.add_argument("--device", default=d.device, help="trainer device: cpu or cuda")
-    p.add_argument("--hidden", type=at_least(1), default=d.hidden, help="hidden size (multiple of 64)")
-    p.add_argument("--layers", type=at_least(1), default=d.layers, help="decoder layers")
-    p.add_argument("--vocab", type=at_least(1), default=d.vocab, help="vocabulary size")
+    add_model_options(p, d)
     p.add_argument("--rank", type=at_least(1), default=d.rank, help="LoRA rank")
     p.add_argument("--steps", type=at_least(1), default=d.steps, help="training steps of each (>= 2)")
-    p.add_argument("--seed", type=at_least(0), default=d.seed)
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=_run)
     return p

@@ -21,7 +21,6 @@ runs where only torch and transformers are installed.
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import sys
 import tempfile
@@ -33,6 +32,12 @@ import torch
 
 from roll_agentic.arg_types import at_least
 from roll_agentic.bench.cli import print_result, standalone_main
+from roll_agentic.bench.random_model import (
+    add_model_options,
+    build_random_model,
+    check_model_options,
+    sync_device,
+)
 
 
 @dataclass
@@ -46,28 +51,9 @@ class SwitchBenchConfig:
 
 
 def _validate(cfg: SwitchBenchConfig) -> None:
-    if re.fullmatch(r"cpu|cuda(:\d+)?", cfg.device) is None:
-        raise SystemExit(f"bench switch: --device must be cpu, cuda or cuda:N, got {cfg.device!r}")
-    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("bench switch: --device cuda, but torch sees no CUDA device; use --device cpu")
-    if cfg.hidden < 64 or cfg.hidden % 64:
-        raise SystemExit(f"bench switch: --hidden must be a multiple of 64 (heads of 64), got {cfg.hidden}")
+    check_model_options("switch", cfg.device, cfg.hidden)
     if cfg.layers < 1 or cfg.rounds < 2 or cfg.vocab < 64:
         raise SystemExit("bench switch: --layers >= 1, --rounds >= 2 and --vocab >= 64")
-
-
-def build_random_model(out: Path, hidden: int, layers: int, vocab: int, seed: int) -> int:
-    """A Qwen2 checkpoint of random weights; returns its parameter count."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=4 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=hidden // 64, num_key_value_heads=1,
-                         head_dim=64, max_position_embeddings=512, tie_word_embeddings=True,
-                         bos_token_id=0, eos_token_id=1, pad_token_id=0)
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config)
-    model.save_pretrained(out, safe_serialization=True)
-    return sum(p.numel() for p in model.parameters())
 
 
 def _samples(vocab: int, seed: int):
@@ -76,11 +62,6 @@ def _samples(vocab: int, seed: int):
     g = torch.Generator().manual_seed(seed)
     return [Sample(torch.randint(2, vocab, (32,), generator=g).tolist(), [0] * 16 + [1] * 16, [-1.0] * 32,
                    1.0 if i % 2 else -1.0) for i in range(4)]
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def _slot(model: Path, ckpts: Path, cfg: SwitchBenchConfig, resident: bool):
@@ -100,9 +81,9 @@ def _rounds(slot, cfg: SwitchBenchConfig, log) -> list:
     records = []
     for r in range(cfg.rounds):
         for i, job in enumerate(("a", "b")):
-            _sync(cfg.device)
+            sync_device(cfg.device)
             rec = slot.switch_in(job)
-            _sync(cfg.device)
+            sync_device(cfg.device)
             records.append(rec)
             slot.train(job, _samples(cfg.vocab, 2 * r + i))
             log(f"round {r} {job}: {rec.kind} in {rec.in_s:.3f} s, out {rec.out_s:.3f} s")
@@ -159,12 +140,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("switch", help="RollMux job switch on one trainer: warm (host memory) vs cold (checkpoint)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     d = SwitchBenchConfig()
-    p.add_argument("--device", default=d.device, help="trainer device: cpu or cuda")
-    p.add_argument("--hidden", type=at_least(1), default=d.hidden, help="hidden size (multiple of 64)")
-    p.add_argument("--layers", type=at_least(1), default=d.layers, help="decoder layers")
-    p.add_argument("--vocab", type=at_least(1), default=d.vocab, help="vocabulary size")
+    add_model_options(p, d)
     p.add_argument("--rounds", type=at_least(1), default=d.rounds, help="rounds of two switches each (>= 2)")
-    p.add_argument("--seed", type=at_least(0), default=d.seed)
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=_run)
     return p
