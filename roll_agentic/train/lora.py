@@ -63,11 +63,13 @@ def apply_lora(model: nn.Module, rank: int, alpha: float, targets: list[str] | t
     ValueError, naming the model's layers, when no target names a linear layer or a `full`
     name names no module.
     """
-    names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+    # Module names, not list positions: "1" would pick the second decoder layer of every list.
+    names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()} - {""}
+    names = {n for n in names if not n.isdigit()}
     unknown = [f for f in full if f not in names]
     if unknown:
         raise ValueError(f"trainer.lora_full_modules {unknown} name no module of the model; its modules "
-                         f"include {sorted(n for n in names if n and not n.isdigit())[:12]}")
+                         f"include {sorted(names)[:12]}")
     wrapped = []
     for module in list(model.modules()):
         for child_name, child in list(module.named_children()):

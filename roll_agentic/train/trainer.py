@@ -97,7 +97,8 @@ class PolicyTrainer:
         self._trained: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
     def trainable(self) -> list[torch.nn.Parameter]:
-        """The parameters the optimizer steps: all of them, or with LoRA the adapters."""
+        """The parameters the optimizer steps: all of them, or with LoRA the adapters (and any
+        module trained whole)."""
         return [p for p in self.model.parameters() if p.requires_grad]
 
     @staticmethod

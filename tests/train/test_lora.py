@@ -220,8 +220,9 @@ def test_modules_trained_whole_beside_the_adapters_train_and_resume(tiny_model_p
     resumed = PolicyTrainer(tiny_model_path, cfg, AlgoConfig())
     resumed.load_state(state, weights)
     assert torch.equal(resumed.engine_state_dict()[emb], weights[emb])
-    with pytest.raises(ValueError, match=r"lora_full_modules \['embeddings'\] name no module of the model"):
-        PolicyTrainer(tiny_model_path, TrainerConfig(lora_rank=4, lora_full_modules=["embeddings"]), AlgoConfig())
+    for wrong in ("embeddings", "1"):  # "1": a list position (layers.1), not a module's name
+        with pytest.raises(ValueError, match=rf"lora_full_modules \['{wrong}'\] name no module of the model"):
+            PolicyTrainer(tiny_model_path, TrainerConfig(lora_rank=4, lora_full_modules=[wrong]), AlgoConfig())
 
 
 def test_a_resume_with_other_lora_settings_names_the_runs_own():
