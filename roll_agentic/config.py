@@ -394,8 +394,6 @@ def validate(cfg: Config) -> Config:
                cfg.trainer.lora_targets)
         _check(e, all(isinstance(t, str) and t for t in cfg.trainer.lora_full_modules), "trainer.lora_full_modules",
                "a list of module names (e.g. [embed_tokens])", cfg.trainer.lora_full_modules)
-        _check(e, cfg.trainer.strategy != "fsdp", "trainer.strategy",
-               "ddp with trainer.lora_rank > 0 (LoRA under FSDP is not supported yet)", cfg.trainer.strategy)
     _check(e, re.fullmatch(r"cpu|cuda(:\d+)?", cfg.trainer.device) is not None, "trainer.device",
            "cpu, cuda or cuda:N", cfg.trainer.device)
     _check(e, cfg.router.policy in ("affinity", "phase_aware"), "router.policy", "affinity or phase_aware", cfg.router.policy)

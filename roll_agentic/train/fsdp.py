@@ -31,7 +31,7 @@ def shard_model(trainer) -> None:
         module.set_force_sum_reduction_for_comms(True)
     model._roll_agentic_fsdp = True
     # The optimizer must see the sharded parameters (DTensors), so it is rebuilt.
-    trainer.optimizer = torch.optim.AdamW(model.parameters(), lr=trainer.cfg.lr, weight_decay=trainer.cfg.weight_decay)
+    trainer.optimizer = torch.optim.AdamW(trainer.trainable(), lr=trainer.cfg.lr, weight_decay=trainer.cfg.weight_decay)
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -93,17 +93,22 @@ def load_full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     check_weights_fit(model, weights)  # before anything is loaded: a refusal leaves the model as it was
     if not is_sharded(model):
         model.load_state_dict(weights, strict=False)  # a tied lm_head is absent from weights (checked above)
+    else:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, strict=False))
+    load_optimizer_state(model, optimizer, optim_state)
+
+
+def load_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, optim_state: dict) -> None:
+    """`full_optimizer_state`'s dict into the optimizer (each rank takes its shards under FSDP)."""
+    if not is_sharded(model):
         optimizer.load_state_dict(optim_state)
         return
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        set_model_state_dict,
-        set_optimizer_state_dict,
-    )
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-    opts = StateDictOptions(full_state_dict=True, strict=False)
-    set_model_state_dict(model, weights, options=opts)
-    set_optimizer_state_dict(model, optimizer, _keyed_by_name(model, optimizer, optim_state), options=opts)
+    set_optimizer_state_dict(model, optimizer, _keyed_by_name(model, optimizer, optim_state),
+                             options=StateDictOptions(full_state_dict=True, strict=False))
 
 
 def _keyed_by_name(model: torch.nn.Module, optimizer: torch.optim.Optimizer, optim_state: dict) -> dict:

@@ -50,9 +50,6 @@ class LoraLinear(nn.Module):
             return self.base(x)
         return self.base(x) + (x @ self.lora_A.t() @ self.lora_B.t()) * self.scale
 
-    def merged_weight(self) -> torch.Tensor:
-        return self.base.weight + self.scale * (self.lora_B @ self.lora_A)
-
 
 def apply_lora(model: nn.Module, rank: int, alpha: float, targets: list[str] | tuple[str, ...],
                full: list[str] | tuple[str, ...] = ()) -> int:
@@ -107,26 +104,36 @@ def has_lora(model: nn.Module) -> bool:
 
 
 def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The model's state under its Hugging Face names, each adapter merged into its weight (CPU copies)."""
-    lora_prefixes = {name + "." for name, m in model.named_modules() if isinstance(m, LoraLinear)}
-    merged = {name: m for name, m in model.named_modules() if isinstance(m, LoraLinear)}
-    out: dict[str, torch.Tensor] = {}
+    """The model's state under its Hugging Face names, each adapter merged into its weight (CPU copies).
+
+    Under FSDP every tensor is gathered whole first: a collective, called on every rank in the
+    same order (the state dict's).
+    """
+    layers = {name + ".": m for name, m in model.named_modules() if isinstance(m, LoraLinear)}
     with torch.no_grad():
-        for key, value in model.state_dict().items():
-            prefix = _lora_prefix(key, lora_prefixes)
+        state = {k: _whole(v) for k, v in model.state_dict().items()}
+        out: dict[str, torch.Tensor] = {}
+        for key, value in state.items():
+            prefix = _lora_prefix(key, layers.keys())
             if prefix is None:
-                out[key] = value.detach().to("cpu").contiguous()
-                continue
-            rest = key[len(prefix):]
-            if rest == "base.weight":
-                out[prefix + "weight"] = merged[prefix[:-1]].merged_weight().detach().to("cpu").contiguous()
-            elif rest.startswith("base."):
-                out[prefix + rest[len("base."):]] = value.detach().to("cpu").contiguous()
+                out[key] = value
+            elif key == prefix + "base.weight":
+                merged = value + layers[prefix].scale * (state[prefix + "lora_B"] @ state[prefix + "lora_A"])
+                out[prefix + "weight"] = merged
+            elif key.startswith(prefix + "base."):
+                out[prefix + key[len(prefix + "base."):]] = value
             # lora_A / lora_B: merged above, not an engine's tensor
     return out
 
 
-def _lora_prefix(key: str, prefixes: set[str]) -> str | None:
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of the whole tensor (gathered from its shards under FSDP)."""
+    if hasattr(t, "full_tensor"):
+        t = t.full_tensor()
+    return t.detach().to("cpu").contiguous()
+
+
+def _lora_prefix(key: str, prefixes) -> str | None:
     head = key.rsplit(".", 2)[0] + "."  # "...q_proj." of "...q_proj.base.weight"
     if head in prefixes:
         return head
@@ -137,7 +144,7 @@ def _lora_prefix(key: str, prefixes: set[str]) -> str | None:
 def adapter_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The trained tensors by name (CPU copies), the adapters and any module trained whole:
     what a resume needs beyond the base."""
-    return {n: p.detach().to("cpu").clone() for n, p in model.named_parameters() if p.requires_grad}
+    return {n: _whole(p).clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
 def load_adapter_state(model: nn.Module, adapters: dict[str, torch.Tensor]) -> None:
@@ -151,4 +158,9 @@ def load_adapter_state(model: nn.Module, adapters: dict[str, torch.Tensor]) -> N
                          f"{wrong[0]}): resume with the run's own trainer.lora_rank, lora_targets and lora_full_modules")
     with torch.no_grad():
         for n, p in own.items():
-            p.copy_(adapters[n].to(p.device, p.dtype))
+            value = adapters[n].to(p.device, p.dtype)
+            if hasattr(p, "device_mesh"):  # FSDP: each rank keeps its shard of the whole tensor
+                from torch.distributed.tensor import distribute_tensor
+
+                value = distribute_tensor(value, p.device_mesh, p.placements)
+            p.copy_(value)

@@ -298,7 +298,9 @@ class PolicyTrainer:
         except ValueError:
             load_adapter_state(self.model, before)  # a refusal leaves the trainer as it was
             raise
-        self.optimizer.load_state_dict(state["optimizer"])
+        from roll_agentic.train.fsdp import load_optimizer_state
+
+        load_optimizer_state(self.model, self.optimizer, state["optimizer"])
 
 
 def _check_merged(merged: dict[str, torch.Tensor], weights: dict[str, torch.Tensor]) -> None:

@@ -119,7 +119,6 @@ def test_targets_that_name_no_linear_layer_are_refused_listing_the_models(tiny_m
     ("trainer.lora_rank=-1", "trainer.lora_rank: expected an integer >= 0"),
     ("trainer.lora_alpha=0", "trainer.lora_alpha: expected a number > 0"),
     ("trainer.lora_targets=[]", "trainer.lora_targets: expected a non-empty list"),
-    ("trainer.strategy=fsdp", "LoRA under FSDP is not supported yet"),
 ])
 def test_bad_lora_settings_are_refused_before_anything_starts(override, message):
     from roll_agentic.hydra_config import load_config
@@ -236,3 +235,50 @@ def test_a_resume_with_other_lora_settings_names_the_runs_own():
     now = {**run, "trainer.lora_rank": 0, "trainer.lora_targets": ["q_proj"]}
     assert lora_mismatch(run, now).endswith("resume it with trainer.lora_rank=8 'trainer.lora_targets=[q_proj,v_proj]'")
     assert "trained every weight" in lora_mismatch({"trainer.lora_rank": 0}, run)
+
+
+@pytest.mark.slow
+def test_two_fsdp_lora_workers_match_one_process_and_resume(tiny_model_path):
+    """Under FSDP2 (gloo on the CPU here) the adapters are sharded like any parameter: the
+    merged weights, the adapters and their optimizer state are gathered whole, and loaded
+    back shard by shard."""
+    import ray
+
+    from roll_agentic.cluster import init_ray
+    from roll_agentic.config import RayConfig
+    from roll_agentic.train.parallel import DataParallelTrainer
+    from tests.train.batches import DP_WEIGHT_TOLERANCE
+
+    def one_process():
+        return PolicyTrainer(tiny_model_path, TrainerConfig(lr=1e-2, lora_rank=4, micro_batch_size=4), AlgoConfig())
+
+    def worst(a: dict, b: dict) -> float:
+        assert a.keys() == b.keys()
+        return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+    init_ray(RayConfig(num_cpus=4))
+    cfg = TrainerConfig(lr=1e-2, lora_rank=4, num_workers=2, micro_batch_size=4, strategy="fsdp")
+    fsdp = resumed = None
+    try:
+        fsdp, single = DataParallelTrainer(tiny_model_path, cfg, AlgoConfig()), one_process()
+        for step in range(2):
+            m_fsdp, m_single = fsdp.train_step(random_batch(step, 11)), single.train_step(random_batch(step, 11))
+            assert m_fsdp["train/loss"] == pytest.approx(m_single["train/loss"], rel=1e-5)
+            assert m_fsdp["train/grad_norm"] == pytest.approx(m_single["train/grad_norm"], rel=1e-4)
+        weights, state = fsdp.engine_state_dict(), fsdp.state()
+        assert not any("lora" in k for k in weights)  # merged, under the model's own names
+        assert worst(weights, single.engine_state_dict()) < DP_WEIGHT_TOLERANCE
+        assert all(isinstance(v, torch.Tensor) and not hasattr(v, "full_tensor") for v in state["lora"].values())
+        fsdp.close()
+        fsdp = None
+        resumed, again = DataParallelTrainer(tiny_model_path, cfg, AlgoConfig()), one_process()
+        resumed.load_state(state, weights)
+        again.load_state(single.state(), single.engine_state_dict())
+        resumed.train_step(random_batch(7, 11))
+        again.train_step(random_batch(7, 11))
+        assert worst(resumed.engine_state_dict(), again.engine_state_dict()) < DP_WEIGHT_TOLERANCE
+    finally:
+        for t in (fsdp, resumed):
+            if t is not None:
+                t.close()
+        ray.shutdown()
