@@ -37,7 +37,7 @@ from roll_agentic.train.job_setup import (
 )
 from roll_agentic.train.resume_record import (
     config_json,
-    flat_config,
+    flat_settings,
     keep_copy,
     lora_mismatch,
     saved_flat_config,
@@ -104,7 +104,7 @@ class TrainingJob:
         """A resume with other LoRA settings than the run's is refused before anything starts."""
         if self.cfg.trainer.resume and self._resume_step() > 0:
             before = saved_flat_config(self.run_dir)
-            problem = before and lora_mismatch(before, flat_config(json.loads(config_json(asdict(self.cfg)))))
+            problem = before and lora_mismatch(before, flat_settings(self.cfg))
             if problem:
                 raise ValueError(problem)
 
@@ -119,7 +119,7 @@ class TrainingJob:
         if before is None:
             return
         saved = self.run_dir / "config.json"
-        now = flat_config(json.loads(config_json(asdict(self.cfg))))
+        now = flat_settings(self.cfg)
         changed = [f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(before) | set(now))
                    # run_name: the saved config may hold "" (a fresh run named at its start)
                    if k not in ("trainer.resume", "run_name") and before.get(k) != now.get(k)]

@@ -34,6 +34,8 @@ ALL_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj
 class LoraLinear(nn.Module):
     """A frozen `nn.Linear` plus a trainable rank-`rank` update, scaled by `alpha / rank`."""
 
+    enabled = True  # off inside `adapters_off`: the layer is its base
+
     def __init__(self, base: nn.Linear, rank: int, alpha: float):
         super().__init__()
         self.base = base.requires_grad_(False)
@@ -42,8 +44,6 @@ class LoraLinear(nn.Module):
         self.lora_A = nn.Parameter(torch.empty(rank, base.in_features, dtype=w.dtype, device=w.device))
         self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank, dtype=w.dtype, device=w.device))
         nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # nn.Linear's own init, as LoRA's paper code
-
-    enabled = True  # off inside `adapters_off`: the layer is its base
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.enabled:
@@ -97,10 +97,6 @@ def adapters_off(model: nn.Module) -> Iterator[None]:
     finally:
         for m in layers:
             m.enabled = True
-
-
-def has_lora(model: nn.Module) -> bool:
-    return any(isinstance(m, LoraLinear) for m in model.modules())
 
 
 def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:

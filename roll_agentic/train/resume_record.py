@@ -69,6 +69,14 @@ def flat_config(tree: dict, prefix: str = "") -> dict:
     return out
 
 
+def flat_settings(cfg) -> dict:
+    """A config's settings as dotted keys, as its config.json would hold them (`saved_flat_config`)."""
+    import json
+    from dataclasses import asdict
+
+    return flat_config(json.loads(config_json(asdict(cfg))))
+
+
 def config_json(obj) -> str:
     """A run's config as written to its config.json (what a resume compares with)."""
     import json

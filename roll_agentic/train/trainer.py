@@ -23,7 +23,6 @@ from roll_agentic.train.lora import (
     adapter_state,
     adapters_off,
     apply_lora,
-    has_lora,
     load_adapter_state,
     merged_state_dict,
 )
@@ -86,7 +85,8 @@ class PolicyTrainer:
         # The KL term's reference: the initial policy. With LoRA that is the frozen base itself,
         # adapters off (no second copy of the weights).
         self.ref_model = reference_model(model_path, self.device) if algo.kl_coef > 0 and not cfg.lora_rank else None
-        if cfg.lora_rank > 0:  # adapters only: the base is frozen (train/lora.py)
+        self.lora = cfg.lora_rank > 0
+        if self.lora:  # adapters only: the base is frozen (train/lora.py)
             apply_lora(self.model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.lora_full_modules)
         self.optimizer = torch.optim.AdamW(self.trainable(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.step = 0
@@ -136,7 +136,7 @@ class PolicyTrainer:
             with torch.no_grad():
                 ref = token_logprobs(self.ref_model(input_ids=ids, attention_mask=attn).logits, ids,
                                      self.temperature, self.top_p)
-        elif self.algo.kl_coef > 0 and has_lora(self.model):
+        elif self.algo.kl_coef > 0 and self.lora:
             with torch.no_grad(), adapters_off(self.model):
                 ref = token_logprobs(self.model(input_ids=ids, attention_mask=attn).logits, ids,
                                      self.temperature, self.top_p)
@@ -241,7 +241,7 @@ class PolicyTrainer:
         """Parameters under Hugging Face names, as engines load them (tied lm_head left out)."""
         from roll_agentic.train.fsdp import full_state_dict
 
-        state = merged_state_dict(self.model) if has_lora(self.model) else full_state_dict(self.model)
+        state = merged_state_dict(self.model) if self.lora else full_state_dict(self.model)
         if getattr(self.model.config, "tie_word_embeddings", False):
             state.pop("lm_head.weight", None)
         return state
@@ -255,14 +255,14 @@ class PolicyTrainer:
             "optimizer": full_optimizer_state(self.model, self.optimizer),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
         }
-        if has_lora(self.model):  # the checkpoint's weights are merged: the adapters resume the run
+        if self.lora:  # the checkpoint's weights are merged: the adapters resume the run
             state["lora"] = adapter_state(self.model)
         return state
 
     def load_state(self, state: dict, weights: dict[str, torch.Tensor]) -> None:
         from roll_agentic.train.fsdp import load_full_state
 
-        if has_lora(self.model) or "lora" in state:
+        if self.lora or "lora" in state:
             self._load_lora_state(state, weights)
         else:
             load_full_state(self.model, self.optimizer, weights, state["optimizer"])
@@ -288,9 +288,9 @@ class PolicyTrainer:
         if "lora" not in state:
             raise ValueError("the checkpoint is of a run that trained every weight: resume it with "
                              "trainer.lora_rank=0 (or start a LoRA run from its exported model)")
-        if not has_lora(self.model):
-            raise ValueError("the checkpoint is of a LoRA run: resume it with the run's own trainer.lora_rank "
-                             "and trainer.lora_targets (or export it and train on the exported model)")
+        if not self.lora:
+            raise ValueError("the checkpoint is of a LoRA run: resume it with the run's own trainer.lora_rank, "
+                             "lora_targets and lora_full_modules (or export it and train on the exported model)")
         before = adapter_state(self.model)
         load_adapter_state(self.model, state["lora"])
         try:
