@@ -13,7 +13,15 @@ job's weights and AdamW state out and brings the incoming job's in:
   which favours cold.
 Every round trains each job one step between switches, so each switch moves
 state that changed. `cold_over_warm` = median cold switch-in / median warm
-switch (out + in). The model is a Qwen2 of random weights and the size
+switch (out + in).
+
+With `--lora-rank R` (16 by default; 0: off) the warm rounds run again with
+two LoRA jobs of that rank on the same model: their resident state is their
+adapters and moments only, the frozen base staying on the device, so
+`full_over_lora_warm` = median full warm switch / median LoRA warm switch,
+and `state_full_over_lora` the resident bytes per job of each.
+
+The model is a Qwen2 of random weights and the size
 asked for, built on the spot: nothing is downloaded. No Ray here, so it also
 runs where only torch and transformers are installed.
 """
@@ -48,12 +56,13 @@ class SwitchBenchConfig:
     vocab: int = 4096
     rounds: int = 4
     seed: int = 0
+    lora_rank: int = 16  # 0: no LoRA rounds
 
 
 def _validate(cfg: SwitchBenchConfig) -> None:
     check_model_options("switch", cfg.device, cfg.hidden)
-    if cfg.layers < 1 or cfg.rounds < 2 or cfg.vocab < 64:
-        raise SystemExit("bench switch: --layers >= 1, --rounds >= 2 and --vocab >= 64")
+    if cfg.layers < 1 or cfg.rounds < 2 or cfg.vocab < 64 or cfg.lora_rank < 0:
+        raise SystemExit("bench switch: --layers >= 1, --rounds >= 2, --vocab >= 64 and --lora-rank >= 0")
 
 
 def _samples(vocab: int, seed: int):
@@ -64,14 +73,14 @@ def _samples(vocab: int, seed: int):
                    1.0 if i % 2 else -1.0) for i in range(4)]
 
 
-def _slot(model: Path, ckpts: Path, cfg: SwitchBenchConfig, resident: bool):
+def _slot(model: Path, ckpts: Path, cfg: SwitchBenchConfig, resident: bool, lora_rank: int = 0):
     from roll_agentic.config import AlgoConfig, TrainerConfig
     from roll_agentic.mux.trainer_slot import TrainerSlot
 
     slot = TrainerSlot("bench", budget_bytes=1 << 50, threads=torch.get_num_threads())
+    trainer = TrainerConfig(lr=1e-4, device=cfg.device, seed=cfg.seed, lora_rank=lora_rank)
     for job in ("a", "b"):
-        slot.register(job, str(model), TrainerConfig(lr=1e-4, device=cfg.device, seed=cfg.seed), AlgoConfig(),
-                      1.0, str(ckpts / job))
+        slot.register(job, str(model), trainer, AlgoConfig(), 1.0, str(ckpts / job))
         if resident:
             slot.reserve(job, 1 << 45)
     return slot
@@ -106,6 +115,12 @@ def run_bench(cfg: SwitchBenchConfig, log=lambda m: None) -> dict:
         del warm_slot
         if cfg.device.startswith("cuda"):
             torch.cuda.empty_cache()
+        lora: dict = {}
+        if cfg.lora_rank:
+            lora_slot = _slot(root / "model", root / "ckpt-lora", cfg, resident=True, lora_rank=cfg.lora_rank)
+            lora_warm = [r for r in _rounds(lora_slot, cfg, log) if r.kind == "warm"]
+            lora = {"bytes": lora_slot.store.get("a").nbytes, "s": statistics.median(r.in_s + r.out_s for r in lora_warm)}
+            del lora_slot
 
         cold_slot = _slot(root / "model", root / "ckpt", cfg, resident=False)
         cold = [r for r in _rounds(cold_slot, cfg, log)[1:] if r.kind == "cold"]  # [0] also builds the trainer
@@ -115,6 +130,10 @@ def run_bench(cfg: SwitchBenchConfig, log=lambda m: None) -> dict:
     warm_in = statistics.median(r.in_s for r in warm)
     cold_in = statistics.median(r.in_s for r in cold)
     gpu = torch.cuda.get_device_name(0) if cfg.device.startswith("cuda") else ""
+    if lora:
+        lora = {"lora_rank": cfg.lora_rank, "lora_state_mb_per_job": round(lora["bytes"] / 1e6, 3),
+                "lora_warm_switch_s": round(lora["s"], 4), "full_over_lora_warm": round(warm_s / lora["s"], 2),
+                "state_full_over_lora": round(state_bytes / lora["bytes"], 1)}
     return {
         "device": cfg.device, "gpu": gpu, "params_m": round(params / 1e6, 1),
         "state_mb_per_job": round(state_bytes / 1e6, 2), "weights_mb": round(on_device / 1e6, 2),
@@ -124,12 +143,13 @@ def run_bench(cfg: SwitchBenchConfig, log=lambda m: None) -> dict:
         "warm_in_gb_s": round(state_bytes / 1e9 / warm_in, 2),
         "cold_switch_s": round(cold_in, 4),
         "cold_over_warm": round(cold_in / warm_s, 2),
+        **lora,
     }
 
 
 def _run(args: argparse.Namespace) -> int:
     cfg = SwitchBenchConfig(device=args.device, hidden=args.hidden, layers=args.layers, vocab=args.vocab,
-                            rounds=args.rounds, seed=args.seed)
+                            rounds=args.rounds, seed=args.seed, lora_rank=args.lora_rank)
     out = run_bench(cfg, log=(lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr)))
     print_result(out)
     return 0
@@ -142,6 +162,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     d = SwitchBenchConfig()
     add_model_options(p, d)
     p.add_argument("--rounds", type=at_least(1), default=d.rounds, help="rounds of two switches each (>= 2)")
+    p.add_argument("--lora-rank", type=at_least(0), default=d.lora_rank,
+                   help="also switch two LoRA jobs of this rank warm, adapters only resident (0: skip)")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=_run)
     return p

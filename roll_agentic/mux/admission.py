@@ -38,16 +38,35 @@ def architecture(model_path: str) -> dict:
 
 
 def estimated_state_bytes(model_path: str, cfg: Config) -> int:
-    """fp32 weights + AdamW's two moments (+ a KL reference copy), from the safetensors header."""
+    """fp32 weights + AdamW's two moments (+ a KL reference copy), from the safetensors header.
+
+    A LoRA job's resident state is its trained tensors and their moments only (the base stays
+    on the training node's device, `trainer_slot.py`): per targeted linear layer rank x (in +
+    out), plus the modules trained whole."""
     from safetensors import safe_open
 
-    numel = 0
+    shapes: dict[str, list[int]] = {}
     for f in sorted(Path(model_path).glob("*.safetensors")):
         with safe_open(str(f), "pt") as st:
             for k in st.keys():  # noqa: SIM118 - safe_open is not a mapping
-                numel += _prod(st.get_slice(k).get_shape())
+                shapes[k] = st.get_slice(k).get_shape()
+    t = cfg.trainer
+    if t.lora_rank:
+        return lora_trained_numel(shapes, t.lora_rank, t.lora_targets, t.lora_full_modules) * 4 * 3
     copies = 3 + (1 if cfg.algo.kl_coef > 0 else 0)
-    return numel * 4 * copies
+    return sum(_prod(shape) for shape in shapes.values()) * 4 * copies
+
+
+def lora_trained_numel(shapes: Mapping[str, list[int]], rank: int, targets: list[str], full: list[str]) -> int:
+    """Parameters a LoRA trainer steps, from a checkpoint's tensor shapes (no model built)."""
+    numel = 0
+    for key, shape in shapes.items():
+        parts = key.split(".")
+        if any(p in full for p in parts[:-1]):
+            numel += _prod(shape)
+        elif parts[-1] == "weight" and len(parts) > 1 and parts[-2] in targets and len(shape) == 2:
+            numel += rank * (shape[0] + shape[1])
+    return numel
 
 
 def _prod(shape: list[int]) -> int:
@@ -69,10 +88,6 @@ def refusal(cfg: Config, model_path: str, pool_model_path: str, m: MuxConfig) ->
                 "`roll-agentic train` instead")
     if cfg.trainer.num_workers != 1 or cfg.trainer.resources:
         return "trainer.num_workers must be 1: a training node here is one trainer process"
-    if cfg.trainer.lora_rank:
-        # A slot swaps one model object's tensors between jobs: adapters would change its modules.
-        return ("trainer.lora_rank must be 0: a training node swaps whole models between jobs, not LoRA "
-                "adapters; run a LoRA job with `roll-agentic train`")
     problem = task_problem(cfg.tasks, cfg.reward.mode, cfg.rollout.env_step_timeout_s)
     if problem:
         return problem

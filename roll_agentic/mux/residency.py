@@ -75,6 +75,12 @@ class DeviceLayout:
     `names` maps each state_dict key (engine layout) to its index there (a tied
     lm_head points at the embedding's index). `shapes` decides whether a host
     copy made from another model object fits this one (same architecture).
+
+    `trained_only` (a LoRA trainer): only the optimizer's parameters, named as
+    the model names them. The frozen base is left on the device: every LoRA job
+    of that base and adapter shape finds it there unchanged, so a switch copies
+    adapters and their moments, not the model (the slot rebuilds the trainer
+    when a job of another base or form comes in).
     """
 
     model: torch.nn.Module
@@ -84,21 +90,26 @@ class DeviceLayout:
     names: dict[str, int]
     shapes: tuple[tuple[tuple[int, ...], torch.dtype], ...]
     group_sizes: tuple[int, ...]
+    trained_only: bool = False
 
     @classmethod
-    def of(cls, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> DeviceLayout:
+    def of(cls, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+           trained_only: bool = False) -> DeviceLayout:
         params = [p for g in optimizer.param_groups for p in g["params"]]
         index = {id(p): i for i, p in enumerate(params)}
         tensors: list[torch.Tensor] = [p.detach() for p in params]
         names: dict[str, int] = {}
-        for k, v in model.state_dict(keep_vars=True).items():
-            if id(v) not in index:  # a persistent buffer
-                index[id(v)] = len(tensors)
-                tensors.append(v.detach())
-            names[k] = index[id(v)]
+        if trained_only:
+            names = {k: index[id(p)] for k, p in model.named_parameters() if id(p) in index}
+        else:
+            for k, v in model.state_dict(keep_vars=True).items():
+                if id(v) not in index:  # a persistent buffer
+                    index[id(v)] = len(tensors)
+                    tensors.append(v.detach())
+                names[k] = index[id(v)]
         shapes = tuple((tuple(t.shape), t.dtype) for t in tensors)
         return cls(model, optimizer, params, tensors, names, shapes,
-                   tuple(len(g["params"]) for g in optimizer.param_groups))
+                   tuple(len(g["params"]) for g in optimizer.param_groups), trained_only)
 
 
 @dataclass
@@ -126,6 +137,7 @@ class HostState:
     step: int = 0
     rng: dict = field(default_factory=dict)
     opt_devices: list[dict[str, torch.device]] = field(default_factory=list)
+    trained_only: bool = False  # a LoRA job's: `weights` are its trained tensors, not the model
 
     @property
     def nbytes(self) -> int:
@@ -133,7 +145,8 @@ class HostState:
 
     @property
     def weights(self) -> dict[str, torch.Tensor]:
-        """The engine-layout weights (state_dict keys), viewing the host buffers.
+        """The engine-layout weights (state_dict keys), viewing the host buffers; a LoRA
+        job's trained tensors by parameter name (`lora.adapter_state`'s layout) if `trained_only`.
 
         A tied tensor appears once, under its first name: as in
         `PolicyTrainer.engine_state_dict`, a tied lm_head is left out (and a
@@ -155,13 +168,14 @@ class HostState:
         return {"step": self.step, "optimizer": {"state": state, "param_groups": groups}, "rng": self.rng}
 
     def fits(self, layout: DeviceLayout) -> bool:
-        return self.shapes == layout.shapes and self.group_sizes == layout.group_sizes
+        return (self.shapes == layout.shapes and self.group_sizes == layout.group_sizes
+                and self.trained_only == layout.trained_only)
 
     @classmethod
     def allocate(cls, layout: DeviceLayout) -> HostState:
         return cls([host_like(t) for t in layout.tensors], dict(layout.names), layout.shapes,
                    [{} for _ in layout.params], [], layout.group_sizes,
-                   opt_devices=[{} for _ in layout.params])
+                   opt_devices=[{} for _ in layout.params], trained_only=layout.trained_only)
 
 
 def _pair_slots(dst: dict[str, Any], src: dict[str, Any], dsts: list, srcs: list) -> bool:

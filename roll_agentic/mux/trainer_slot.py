@@ -14,6 +14,15 @@ X in:
 - fresh: X was never trained; its trainer is built from its model path.
 Every switch-in is timed and reported, the same job at the same sizes, so
 warm and cold times compare honestly.
+
+LoRA jobs (`trainer.lora_rank` > 0): the frozen base stays on the device and
+only the trained tensors (adapters, modules trained whole) and their moments
+are resident in host memory and copied on a switch: a few percent of a full
+job's bytes. That holds between jobs of one *form* (`trainer_form`: the same
+base and adapter shapes); a job of another form (another base, other LoRA
+settings, or a full fine-tune after a LoRA job) gets a trainer built for it
+from its model path first, then its state as above (reported as "rebuilt"
+when that state came from host memory).
 """
 
 from __future__ import annotations
@@ -38,7 +47,9 @@ from roll_agentic.mux.residency import (
     tree_bytes,
 )
 from roll_agentic.train.checkpoint import latest_checkpoint, save_checkpoint
+from roll_agentic.train.lora import merge_adapters
 from roll_agentic.train.trainer import PolicyTrainer, Sample, reference_model
+from roll_agentic.train.trust_region import AdaptiveLR
 
 
 @dataclass
@@ -50,12 +61,37 @@ class SlotJob:
     ckpt_root: str
     top_p: float = 1.0  # engine.top_p: the trainer scores tokens over the nucleus they were sampled from
     ref_model: torch.nn.Module | None = None  # KL reference: the job's own initial weights
+    # The job's own step-size multiplier (algo.target_kl): the device trainer's was its builder's.
+    trust: AdaptiveLR | None = None
+
+
+def trainer_form(job: SlotJob) -> tuple:
+    """What the device trainer must have been built as to take the job's state in place.
+
+    A full fine-tune's model object takes any job's weights (the pool's architecture; admission
+    checks it). A LoRA job's state is its adapters only: they need its own base under them, and
+    adapters of its rank, targets and whole-trained modules.
+    """
+    t = job.trainer
+    if not t.lora_rank:
+        return ("full",)
+    return ("lora", job.model_path, t.lora_rank, t.lora_alpha, tuple(t.lora_targets), tuple(t.lora_full_modules))
+
+
+def base_weights(model_path: str) -> dict[str, torch.Tensor]:
+    """A model path's weights as the trainer loads them (fp32, Hugging Face names), read from disk."""
+    from safetensors.torch import load_file
+
+    out: dict[str, torch.Tensor] = {}
+    for f in sorted(Path(model_path).glob("*.safetensors")):
+        out.update({k: v.to(torch.float32) for k, v in load_file(str(f)).items()})
+    return out
 
 
 @dataclass(frozen=True)
 class SwitchRecord:
     job: str
-    kind: str  # none | warm | cold | fresh
+    kind: str  # none | warm | rebuilt (warm state, trainer rebuilt for the job's form) | cold | fresh
     in_s: float  # loading the job's state onto the device
     out_s: float  # copying the previous job's state to host memory
     out_job: str = ""
@@ -69,12 +105,14 @@ class TrainerSlot:
         self.store = ResidencyStore(budget_bytes)
         self.jobs: dict[str, SlotJob] = {}
         self.trainer: PolicyTrainer | None = None
+        self.form: tuple = ()  # trainer_form of the job the trainer was built for
         self.active: str | None = None
         self._lay: DeviceLayout | None = None
 
     def register(self, job: str, model_path: str, trainer: TrainerConfig, algo: AlgoConfig,
                  temperature: float, ckpt_root: str, top_p: float = 1.0) -> None:
-        self.jobs[job] = SlotJob(model_path, trainer, algo, temperature, ckpt_root, top_p)
+        self.jobs[job] = SlotJob(model_path, trainer, algo, temperature, ckpt_root, top_p,
+                                 trust=AdaptiveLR(algo.target_kl))
 
     # -- residency --------------------------------------------------------------------------
     def reserve(self, job: str, nbytes: int) -> None:
@@ -106,7 +144,7 @@ class TrainerSlot:
         assert tr is not None
         lay = self._lay
         if lay is None or lay.model is not tr.model or lay.optimizer is not tr.optimizer:
-            lay = self._lay = DeviceLayout.of(tr.model, tr.optimizer)
+            lay = self._lay = DeviceLayout.of(tr.model, tr.optimizer, trained_only=tr.lora)
         return lay
 
     def _switch_out(self) -> tuple[float, str]:
@@ -124,11 +162,14 @@ class TrainerSlot:
         spec, tr = self.jobs[job], self.trainer
         assert tr is not None
         tr.cfg, tr.algo, tr.temperature, tr.top_p = spec.trainer, spec.algo, spec.temperature, spec.top_p
-        if spec.algo.kl_coef > 0 and spec.ref_model is None:
+        if spec.algo.kl_coef > 0 and spec.ref_model is None and not tr.lora:
             # A job first switched in on a slot whose trainer another job built: its KL
             # reference is built here (before, it was dropped and the KL term vanished).
+            # (A LoRA job's is its base with the adapters off: no copy.)
             spec.ref_model = reference_model(spec.model_path, tr.device)
         tr.ref_model = spec.ref_model
+        if spec.trust is not None:
+            tr.trust = spec.trust
         return tr
 
     def _warm(self, job: str, host: HostState) -> None:
@@ -138,15 +179,41 @@ class TrainerSlot:
             tr.step = host.step
             return
         # Copied, not aliased: optimizer.load_state_dict keeps the tensors it is given.
-        self._rebuild(job, clone_tree(host.weights), clone_tree(host.trainer_state()))
+        weights, state = self._saved(job, host)
+        self._rebuild(job, clone_tree(weights), clone_tree(state))
+
+    def _saved(self, job: str, host: HostState) -> tuple[dict, dict]:
+        """A resident job's (engine weights, trainer state), as a checkpoint holds them.
+
+        A LoRA job's host copy holds its trained tensors only: its merged weights are its base,
+        read from its model path, with them merged in (`lora.merge_adapters`)."""
+        spec = self.jobs[job]
+        state = host.trainer_state()
+        if spec.trust is not None:
+            state["lr_mult"] = spec.trust.mult
+        if not host.trained_only:
+            return host.weights, state
+        t = spec.trainer
+        weights = merge_adapters(base_weights(spec.model_path), host.weights, t.lora_alpha / t.lora_rank)
+        if self.trainer is not None and getattr(self.trainer.model.config, "tie_word_embeddings", False):
+            weights.pop("lm_head.weight", None)  # as `PolicyTrainer.engine_state_dict` (the pool's architecture)
+        return weights, {**state, "lora": host.weights}
 
     def _rebuild(self, job: str, weights: dict, trainer_state: dict) -> None:
         """State dicts onto the device model: a fresh optimizer, loaded (the cold path)."""
         spec, tr = self.jobs[job], self._bind(job)
         # load_state_dict restores the job's own hyperparameters (lr, weight decay) with its moments.
-        tr.optimizer = torch.optim.AdamW(tr.model.parameters(), lr=spec.trainer.lr,
-                                         weight_decay=spec.trainer.weight_decay)
+        tr.optimizer = torch.optim.AdamW(tr.trainable(), lr=spec.trainer.lr, weight_decay=spec.trainer.weight_decay)
         tr.load_state(trainer_state, weights)
+
+    def _build(self, job: str) -> PolicyTrainer:
+        """A device trainer built for the job from its model path (its initial weights)."""
+        spec = self.jobs[job]
+        self.trainer = PolicyTrainer(spec.model_path, spec.trainer, spec.algo, spec.temperature, spec.top_p)
+        self.form = trainer_form(spec)
+        if self.trainer.ref_model is not None:
+            spec.ref_model = self.trainer.ref_model
+        return self._bind(job)
 
     def switch_in(self, job: str) -> SwitchRecord:
         if self.active == job:
@@ -155,16 +222,19 @@ class TrainerSlot:
         spec = self.jobs[job]
         t0 = time.perf_counter()
         host = self.store.get(job)
-        if host is not None and self.trainer is not None:
+        rebuilt = self.trainer is not None and self.form != trainer_form(spec)
+        if rebuilt:
+            self.trainer = None  # built for a job of another form: one of this job's is built below
+        if host is not None:
+            if self.trainer is None:
+                self._build(job)
             self._warm(job, host)
-            kind = "warm"
+            kind = "rebuilt" if rebuilt else "warm"
         else:
             ckpt = latest_checkpoint(spec.ckpt_root)
             kind = "cold"
             if self.trainer is None or ckpt is None:
-                self.trainer = PolicyTrainer(spec.model_path, spec.trainer, spec.algo, spec.temperature, spec.top_p)
-                if self.trainer.ref_model is not None:
-                    spec.ref_model = self.trainer.ref_model
+                self._build(job)
                 kind = "fresh"
             if ckpt is not None:  # storage -> host (page cache dropped) -> deserialise -> load
                 weights, trainer_state, _read_s = read_cold(Path(ckpt))
@@ -200,6 +270,8 @@ class TrainerSlot:
         """(trainer state, engine weights) in bytes: what residency has to hold for the job."""
         tr = self._active(job)
         weights = tree_bytes(tr.engine_state_dict())
+        if tr.lora:  # the trained tensors and their moments: the base stays on the device
+            return tree_bytes(tr.state()), weights
         ref = sum(p.numel() * p.element_size() for p in tr.ref_model.parameters()) if tr.ref_model else 0
         return weights + tree_bytes(tr.state()) + ref, weights
 
@@ -211,7 +283,7 @@ class TrainerSlot:
             host = self.store.get(job)
             if host is None:
                 raise RuntimeError(f"trainer slot {self.name}: no state of job {job} to checkpoint")
-            weights, state = host.weights, host.trainer_state()
+            weights, state = self._saved(job, host)
         return str(save_checkpoint(spec.ckpt_root, version, weights, state, run_state, keep=keep))
 
     def park(self, job: str, version: int, run_state: dict, keep: int) -> str:

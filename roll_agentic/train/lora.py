@@ -122,6 +122,23 @@ def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
+def merge_adapters(base: dict[str, torch.Tensor], trained: dict[str, torch.Tensor],
+                   scale: float) -> dict[str, torch.Tensor]:
+    """`merged_state_dict` from state dicts, no model: the base's weights (Hugging Face names)
+    with `adapter_state`'s tensors merged in (`X.lora_A`/`X.lora_B` into `X.weight`, a module
+    trained whole replacing the base's). What a multiplexed LoRA job's resident copy (its trained
+    tensors only: the frozen base is on no host) checkpoints while another job holds the trainer.
+    """
+    out = dict(base)
+    for name, value in trained.items():
+        if name.endswith(".lora_A"):
+            prefix = name[: -len("lora_A")]
+            out[prefix + "weight"] = base[prefix + "weight"] + scale * (trained[prefix + "lora_B"] @ value)
+        elif not name.endswith(".lora_B"):
+            out[name] = value
+    return out
+
+
 def _whole(t: torch.Tensor) -> torch.Tensor:
     """A CPU copy of the whole tensor (gathered from its shards under FSDP)."""
     if hasattr(t, "full_tensor"):

@@ -22,6 +22,14 @@ def test_a_small_model_switches_warm_then_cold():
     low = (out["cold_switch_s"] - half) / (out["warm_switch_s"] + half)
     high = (out["cold_switch_s"] + half) / max(out["warm_switch_s"] - half, 1e-9)
     assert low - 0.005 <= out["cold_over_warm"] <= high + 0.005
+    # Two LoRA jobs switched warm: only their adapters and moments are resident.
+    assert out["lora_rank"] == 16 and 0 < out["lora_state_mb_per_job"] < out["state_mb_per_job"]
+    assert out["lora_warm_switch_s"] > 0 and out["state_full_over_lora"] > 1
+
+
+def test_no_lora_rounds_at_rank_0():
+    out = run_bench(SwitchBenchConfig(hidden=64, layers=1, vocab=128, rounds=2, lora_rank=0))
+    assert "lora_warm_switch_s" not in out and out["warm_switches"] == 2
 
 
 def test_the_cli_prints_the_json_line_last(capsys):

@@ -110,13 +110,14 @@ def test_refusals_name_their_reason(tiny_model_path):
     tail = _job_cfg()
     tail.rollout.mode = "tail_batching"
     assert "rollout.mode must be async" in admission.refusal(tail, tiny_model_path, tiny_model_path, m)
-    lora = _job_cfg()
-    lora.trainer.lora_rank = 8
-    assert "trainer.lora_rank must be 0" in admission.refusal(lora, tiny_model_path, tiny_model_path, m)
     need = admission.estimated_state_bytes(tiny_model_path, _job_cfg())
     small = MuxConfig(residency_budget_bytes=need - 1)
     why = admission.refusal(_job_cfg(), tiny_model_path, tiny_model_path, small)
     assert "exceeds the residency budget" in why and str(need - 1) in why
+    # A LoRA job keeps only its adapters resident: it fits where the full job does not.
+    lora = _job_cfg()
+    lora.trainer.lora_rank = 8
+    assert admission.refusal(lora, tiny_model_path, tiny_model_path, small) == ""
     # a KL reference is one more copy of the weights to keep resident
     assert admission.estimated_state_bytes(tiny_model_path, _job_cfg(kl=0.1)) == need * 4 // 3
 
