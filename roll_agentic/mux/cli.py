@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from roll_agentic.arg_types import positive
@@ -15,6 +16,7 @@ the yaml names the pools and the jobs (see conf/mux/two_tiny.yaml):
   roll-agentic mux run conf/mux/two_tiny.yaml --no-solo   # multiplexed only
   roll-agentic mux run conf/mux/two_tiny.yaml --serve     # stay up for `mux submit`
   roll-agentic mux run conf/mux/two_tiny.yaml --resume    # go on from the newest run's checkpoints
+  roll-agentic mux run conf/mux/two_tiny.yaml trainer.lora_rank=8   # overrides for every job (LoRA here)
 Ctrl-C or SIGTERM stops every job with its newest step checkpointed; --resume goes on from there.
 `mux run` stays in the foreground: the multiplexer actor lives as long as it does.
 Output: <output_dir>/<name>-<time>/ with mux_summary.json, mux_gantt.png and jobs/<job>/."""
@@ -37,6 +39,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     try:
         m = load_mux_config(args.config)
+        if args.overrides:  # after each job's own: the command line wins, as for `roll-agentic train`
+            m.jobs = [replace(s, overrides=[*s.overrides, *args.overrides]) for s in m.jobs]
         jobs = [(s, compose_job(s)) for s in m.jobs]
         if args.resume and args.run_name:
             raise ConfigError("--resume names the run to go on with: drop --run-name")
@@ -168,6 +172,9 @@ def add_parser(subparsers) -> None:
     r = sub.add_parser("run", help="start the multiplexer with the pools and jobs of a yaml",
                        epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("config", help="conf/mux/<name>.yaml")
+    r.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="hydra overrides added to every job's own, e.g. trainer.lora_rank=8 "
+                        "(give them again with --resume)")
     r.add_argument("--no-solo", action="store_true", help="skip the solo baseline (slowdowns are then taken against each job's profiled solo iteration)")
     r.add_argument("--serve", action="store_true", help="stay up after the listed jobs, for `mux submit` (Ctrl-C stops every job, checkpointed)")
     r.add_argument("--status-every", type=positive, default=15.0, help="seconds between status prints")

@@ -1,0 +1,28 @@
+"""`mux run CONF KEY=VALUE...`: overrides for every job, checked before anything starts."""
+
+from __future__ import annotations
+
+from roll_agentic.cli import main
+
+
+def test_overrides_reach_every_job_after_its_own(monkeypatch):
+    seen = {}
+
+    def fake_session(m, jobs, **kw):
+        seen["jobs"] = jobs
+
+    monkeypatch.setattr("roll_agentic.mux.session.run_session", fake_session)
+    assert main(["mux", "run", "conf/mux/two_tiny.yaml", "trainer.lora_rank=8", "trainer.lr=2e-2", "--no-solo"]) == 0
+    jobs = seen["jobs"]
+    assert [s.name for s, _ in jobs] == ["roll_heavy", "train_heavy"]
+    for spec, cfg in jobs:
+        assert spec.overrides[-2:] == ["trainer.lora_rank=8", "trainer.lr=2e-2"]
+        assert cfg.trainer.lora_rank == 8 and cfg.trainer.lr == 2e-2  # the job's own lr=1e-2 is overridden
+
+
+def test_a_bad_override_is_a_config_error_naming_it(monkeypatch, capsys):
+    monkeypatch.setattr("roll_agentic.mux.session.run_session", lambda *a, **k: None)
+    assert main(["mux", "run", "conf/mux/two_tiny.yaml", "trainer.lora_rank=-1"]) == 2
+    assert "trainer.lora_rank" in capsys.readouterr().err
+    assert main(["mux", "run", "conf/mux/two_tiny.yaml", "nonsense"]) == 2
+    assert "write key=value" in capsys.readouterr().err
