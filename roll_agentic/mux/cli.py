@@ -33,24 +33,33 @@ def _load_jobs(path: str):
 def _cmd_run(args: argparse.Namespace) -> int:
     from roll_agentic.config import ConfigError
     from roll_agentic.mux.mux_config import load_mux_config
-    from roll_agentic.mux.session import compose_job, run_session, run_to_resume
+    from roll_agentic.mux.session import compose_job, run_overrides, run_session, run_to_resume
     from roll_agentic.train.termination import EXIT_CODE as TERMINATED_EXIT_CODE
     from roll_agentic.train.termination import Terminated
 
     try:
         m = load_mux_config(args.config)
-        if args.overrides:  # after each job's own: the command line wins, as for `roll-agentic train`
-            m.jobs = [replace(s, overrides=[*s.overrides, *args.overrides]) for s in m.jobs]
-        jobs = [(s, compose_job(s)) for s in m.jobs]
+        if "=" in args.resume and not Path(args.resume).exists():
+            # `--resume trainer.lr=1e-3`: argparse took the override for the run's name.
+            args.overrides, args.resume = [args.resume, *args.overrides], "latest"
         if args.resume and args.run_name:
             raise ConfigError("--resume names the run to go on with: drop --run-name")
-        run_name = run_to_resume(m, args.resume).name if args.resume else args.run_name
+        run = run_to_resume(m, args.resume) if args.resume else None
+        overrides = list(args.overrides)
+        if run is not None and not overrides and run_overrides(run):
+            overrides = run_overrides(run)  # a LoRA run's jobs must go on as LoRA jobs, etc.
+            print(f"resuming with the run's overrides for every job: {' '.join(overrides)}", file=sys.stderr)
+        if overrides:  # after each job's own: the command line wins, as for `roll-agentic train`
+            m.jobs = [replace(s, overrides=[*s.overrides, *overrides]) for s in m.jobs]
+        jobs = [(s, compose_job(s)) for s in m.jobs]
+        run_name = run.name if run is not None else args.run_name
     except (ConfigError, FileNotFoundError) as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
     try:
         run_session(m, jobs, solo_baseline=not args.no_solo, serve=args.serve, status_every_s=args.status_every,
-                    quiet=args.quiet, run_name=run_name, resume=bool(args.resume), config_path=args.config)
+                    quiet=args.quiet, run_name=run_name, resume=bool(args.resume), config_path=args.config,
+                    overrides=tuple(overrides))
     except Terminated:  # a job scheduler's SIGTERM: the same clean-up as Ctrl-C
         print("terminated (SIGTERM)", file=sys.stderr)
         return TERMINATED_EXIT_CODE
@@ -174,7 +183,7 @@ def add_parser(subparsers) -> None:
     r.add_argument("config", help="conf/mux/<name>.yaml")
     r.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="hydra overrides added to every job's own, e.g. trainer.lora_rank=8 "
-                        "(give them again with --resume)")
+                        "(a --resume takes the run's again unless others are given)")
     r.add_argument("--no-solo", action="store_true", help="skip the solo baseline (slowdowns are then taken against each job's profiled solo iteration)")
     r.add_argument("--serve", action="store_true", help="stay up after the listed jobs, for `mux submit` (Ctrl-C stops every job, checkpointed)")
     r.add_argument("--status-every", type=positive, default=15.0, help="seconds between status prints")

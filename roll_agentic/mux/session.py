@@ -95,10 +95,21 @@ RUN_RECORD = "mux_run.json"  # in each run directory: which yaml's run it is (`r
 
 def _run_of(path: Path) -> str | None:
     """The `name` of the mux yaml whose run `path` is; None if it is none."""
+    return _run_record(path).get("name")
+
+
+def run_overrides(path: Path) -> list[str]:
+    """The KEY=VALUE overrides `mux run` gave every job of run `path` (a resume takes them again)."""
+    got = _run_record(path).get("overrides")
+    return [str(o) for o in got] if isinstance(got, list) else []
+
+
+def _run_record(path: Path) -> dict:
     try:
-        return json.loads((path / RUN_RECORD).read_text()).get("name")
-    except (OSError, ValueError, AttributeError):
-        return None
+        record = json.loads((path / RUN_RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _stop_with_checkpoints(mux, why: str, resume_command: str) -> None:
@@ -122,13 +133,16 @@ def _wait(mux, names: list[str] | None, status_every_s: float, quiet: bool) -> N
 
 def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline: bool = True,
                 serve: bool = False, status_every_s: float = 15.0, quiet: bool = False,
-                run_name: str = "", resume: bool = False, config_path: str = "<yaml>") -> dict:
-    """`resume`: the jobs go on from their checkpoints in run `run_name` (no solo baseline)."""
+                run_name: str = "", resume: bool = False, config_path: str = "<yaml>",
+                overrides: tuple[str, ...] = ()) -> dict:
+    """`resume`: the jobs go on from their checkpoints in run `run_name` (no solo baseline).
+    `overrides`: those the command line gave every job (recorded for a resume)."""
     from roll_agentic.cluster import init_ray
 
     run_dir = Path(m.output_dir) / (run_name or f"{m.name}-{dt.datetime.now():%Y%m%d-%H%M%S}")
     run_dir.mkdir(parents=True, exist_ok=True)  # an unwritable output_dir fails here, before Ray starts
-    (run_dir / RUN_RECORD).write_text(json.dumps({"name": m.name, "config": config_path}))
+    (run_dir / RUN_RECORD).write_text(json.dumps({"name": m.name, "config": config_path,
+                                                  "overrides": list(overrides)}))
     started = init_ray(RayConfig(num_cpus=m.ray_num_cpus))
     term = SigtermAsInterrupt().install()  # after ray.init, whose handler exits at once
     multiplexed = None  # the multiplexer of the jobs themselves (not the solo baseline's)

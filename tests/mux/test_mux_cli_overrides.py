@@ -26,3 +26,31 @@ def test_a_bad_override_is_a_config_error_naming_it(monkeypatch, capsys):
     assert "trainer.lora_rank" in capsys.readouterr().err
     assert main(["mux", "run", "conf/mux/two_tiny.yaml", "nonsense"]) == 2
     assert "write key=value" in capsys.readouterr().err
+
+
+def test_a_resume_takes_the_runs_overrides_again(monkeypatch, tmp_path, capsys):
+    import json
+
+    import yaml
+
+    conf = yaml.safe_load(open("conf/mux/two_tiny.yaml"))
+    conf["output_dir"] = str(tmp_path / "out")
+    path = tmp_path / "mux.yaml"
+    path.write_text(yaml.safe_dump(conf))
+    run = tmp_path / "out" / "two_tiny-1"
+    (run / "jobs").mkdir(parents=True)
+    (run / "mux_run.json").write_text(json.dumps({"name": "two_tiny", "config": str(path),
+                                                  "overrides": ["trainer.lora_rank=8"]}))
+    seen = {}
+
+    def fake_session(m, jobs, **kw):
+        seen.update(kw, jobs=jobs)
+
+    monkeypatch.setattr("roll_agentic.mux.session.run_session", fake_session)
+    assert main(["mux", "run", str(path), "--resume"]) == 0
+    assert seen["run_name"] == "two_tiny-1" and seen["resume"] and seen["overrides"] == ("trainer.lora_rank=8",)
+    assert all(cfg.trainer.lora_rank == 8 for _, cfg in seen["jobs"])
+    assert "resuming with the run's overrides" in capsys.readouterr().err
+    # Others given on the command line win.
+    assert main(["mux", "run", str(path), "--resume", "trainer.lora_rank=4"]) == 0
+    assert all(cfg.trainer.lora_rank == 4 for _, cfg in seen["jobs"])
