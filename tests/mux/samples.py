@@ -15,3 +15,22 @@ def random_samples(seed: int) -> list[Sample]:
         ids = torch.randint(4, 500, (12,), generator=g).tolist()
         out.append(Sample(ids, [0] * 6 + [1] * 6, [-1.0] * 12, 1.0 if i % 2 else -1.0))
     return out
+
+
+def trainer_state(slot) -> tuple[dict, dict, float]:
+    """The active job's engine weights, optimizer state and step-size multiplier, copied."""
+    tr = slot.trainer
+    opt = {k: {n: v.clone() for n, v in s.items()} for k, s in tr.optimizer.state_dict()["state"].items()}
+    return {k: v.clone() for k, v in tr.engine_state_dict().items()}, opt, tr.trust.mult
+
+
+def assert_same_state(got: tuple[dict, dict, float], want: tuple[dict, dict, float]) -> None:
+    """Bitwise: the weights, every optimizer slot, and the multiplier."""
+    assert got[0].keys() == want[0].keys()
+    for k, v in want[0].items():
+        assert torch.equal(got[0][k], v), k
+    assert got[1].keys() == want[1].keys()
+    for k, s in want[1].items():
+        for n, v in s.items():
+            assert torch.equal(got[1][k][n], v), (k, n)
+    assert got[2] == want[2]

@@ -12,7 +12,7 @@ from roll_agentic.mux import admission
 from roll_agentic.mux.trainer_slot import TrainerSlot, base_weights
 from roll_agentic.train.checkpoint import latest_checkpoint
 from roll_agentic.train.lora import adapter_state, merge_adapters
-from tests.mux.samples import random_samples
+from tests.mux.samples import assert_same_state, random_samples, trainer_state
 
 LORA = TrainerConfig(lr=2e-2, seed=1, lora_rank=4, lora_full_modules=["embed_tokens"])
 CONFIGS = {
@@ -34,29 +34,12 @@ def _slot(model_path: str, root: Path, jobs: list[str]) -> TrainerSlot:
     return slot
 
 
-def _state(slot: TrainerSlot) -> tuple[dict, dict, float]:
-    tr = slot.trainer
-    opt = {k: {n: v.clone() for n, v in s.items()} for k, s in tr.optimizer.state_dict()["state"].items()}
-    return {k: v.clone() for k, v in tr.engine_state_dict().items()}, opt, tr.trust.mult
-
-
 def _alone(model_path: str, root: Path, job: str, steps: int) -> tuple[dict, dict, float]:
     slot = _slot(model_path, root / f"alone-{job}", [job])
     slot.switch_in(job)
     for i in range(steps):
         slot.train(job, random_samples(SEEDS[job] + i))
-    return _state(slot)
-
-
-def _assert_equal(got: tuple[dict, dict, float], want: tuple[dict, dict, float]) -> None:
-    assert got[0].keys() == want[0].keys()
-    for k, v in want[0].items():
-        assert torch.equal(got[0][k], v), k
-    assert got[1].keys() == want[1].keys()
-    for k, s in want[1].items():
-        for n, v in s.items():
-            assert torch.equal(got[1][k][n], v), (k, n)
-    assert got[2] == want[2]  # the step-size multiplier (algo.target_kl) is the job's own
+    return trainer_state(slot)
 
 
 def _interleave(slot: TrainerSlot, jobs: list[str], steps: int) -> dict[str, tuple[dict, dict, float]]:
@@ -68,7 +51,7 @@ def _interleave(slot: TrainerSlot, jobs: list[str], steps: int) -> dict[str, tup
             kinds.append(slot.switch_in(job).kind)
             slot.train(job, random_samples(SEEDS[job] + i))
             if i == steps - 1:
-                out[job] = _state(slot)
+                out[job] = trainer_state(slot)
     slot.kinds = kinds  # type: ignore[attr-defined]
     return out
 
@@ -85,7 +68,7 @@ def test_lora_jobs_of_one_form_switch_adapters_only_and_train_as_if_alone(tiny_m
     tr = slot.trainer
     assert {n: p.data_ptr() for n, p in tr.model.named_parameters() if not p.requires_grad}.keys() == frozen.keys()
     for job in ("a", "b"):
-        _assert_equal(got[job], _alone(tiny_model_path, tmp_path, job, steps))
+        assert_same_state(got[job], _alone(tiny_model_path, tmp_path, job, steps))
     assert got["a"][2] < got["b"][2] == 1.0  # each job's step-size multiplier is its own
     # Resident: the trained tensors and their moments, a fraction of what a full job holds.
     host = slot.store.get("a")
@@ -105,7 +88,7 @@ def test_jobs_of_other_forms_get_a_rebuilt_trainer_and_train_as_if_alone(tiny_mo
     assert slot.kinds[:3] == ["fresh", "fresh", "fresh"]
     assert slot.kinds[3:] == ["rebuilt"] * 3  # each comes back to a trainer another form built
     for job in jobs:
-        _assert_equal(got[job], _alone(tiny_model_path, tmp_path, job, steps))
+        assert_same_state(got[job], _alone(tiny_model_path, tmp_path, job, steps))
 
 
 def test_an_inactive_lora_job_checkpoints_from_host_and_resumes_cold_as_if_never_stopped(tiny_model_path, tmp_path):
@@ -127,7 +110,7 @@ def test_an_inactive_lora_job_checkpoints_from_host_and_resumes_cold_as_if_never
     assert str(latest_checkpoint(str(tmp_path / "shared" / "a"))) == str(path)
     assert other.switch_in("a").kind == "cold"
     other.train("a", random_samples(1))
-    _assert_equal(_state(other), _alone(tiny_model_path, tmp_path, "a", 2))
+    assert_same_state(trainer_state(other), _alone(tiny_model_path, tmp_path, "a", 2))
 
 
 def test_merge_adapters_is_the_trainers_merged_weights(tiny_model_path, tmp_path):

@@ -10,7 +10,7 @@ import torch
 from roll_agentic.config import AlgoConfig, TrainerConfig
 from roll_agentic.mux.residency import DeviceLayout, copy_in, copy_out
 from roll_agentic.train.lr_schedule import lr_at
-from tests.mux.samples import random_samples
+from tests.mux.samples import assert_same_state, random_samples, trainer_state
 
 # Two jobs with their own hyperparameters: a warm switch must restore each one's lr and decay too.
 CONFIGS = {"a": TrainerConfig(lr=1e-2, ppo_epochs=2, seed=1), "b": TrainerConfig(lr=3e-3, weight_decay=0.1, seed=2)}
@@ -30,27 +30,12 @@ def _slot(tiny_model_path, tmp_path, jobs, device="cpu"):
     return slot
 
 
-def _state(slot) -> tuple[dict, dict]:
-    tr = slot.trainer
-    opt = {k: {n: v.clone() for n, v in s.items()} for k, s in tr.optimizer.state_dict()["state"].items()}
-    return {k: v.clone() for k, v in tr.engine_state_dict().items()}, opt
-
-
 def _alone(tiny_model_path, tmp_path, job: str, steps: int, device: str) -> tuple[dict, dict]:
     slot = _slot(tiny_model_path, tmp_path / f"alone-{job}", [job], device)
     slot.switch_in(job)
     for i in range(steps):
         slot.train(job, random_samples(SEEDS[job] + i))
-    return _state(slot)
-
-
-def _assert_equal(got: tuple[dict, dict], want: tuple[dict, dict]) -> None:
-    for k, v in want[0].items():
-        assert torch.equal(got[0][k], v), k
-    assert got[1].keys() == want[1].keys()
-    for k, s in want[1].items():
-        for n, v in s.items():
-            assert torch.equal(got[1][k][n], v), (k, n)
+    return trainer_state(slot)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -83,7 +68,7 @@ def test_warm_switches_between_two_jobs_leave_each_bitwise_as_trained_alone(tiny
     assert any(w.type == "cuda" for ws in host.opt_devices for w in ws.values()) == (device == "cuda")
     assert all(t.device.type == device for t in slot._layout().tensors)
 
-    shared_b = _state(slot)
+    shared_b = trainer_state(slot)
     slot.switch_in("a")
     # A job that is not active checkpoints from its host copy (the tied lm_head once).
     from roll_agentic.train.checkpoint import load_checkpoint
@@ -91,8 +76,8 @@ def test_warm_switches_between_two_jobs_leave_each_bitwise_as_trained_alone(tiny
     weights, _, _ = load_checkpoint(slot.checkpoint("b", steps, {}, keep=1))
     assert weights.keys() == shared_b[0].keys()
     assert all(torch.equal(weights[k], v) for k, v in shared_b[0].items())
-    _assert_equal(_state(slot), _alone(tiny_model_path, tmp_path, "a", steps, device))
-    _assert_equal(shared_b, _alone(tiny_model_path, tmp_path, "b", steps, device))
+    assert_same_state(trainer_state(slot), _alone(tiny_model_path, tmp_path, "a", steps, device))
+    assert_same_state(shared_b, _alone(tiny_model_path, tmp_path, "b", steps, device))
     a = CONFIGS["a"]  # its own rate comes back with it: that of its last step under its schedule
     want_lr = lr_at(steps - 1, a.lr, a.total_steps, a.lr_schedule, a.lr_min_ratio, a.lr_warmup_steps)
     assert slot.trainer.optimizer.param_groups[0]["lr"] == want_lr
