@@ -133,7 +133,11 @@ def merge_adapters(base: dict[str, torch.Tensor], trained: dict[str, torch.Tenso
     for name, value in trained.items():
         if name.endswith(".lora_A"):
             prefix = name[: -len("lora_A")]
-            out[prefix + "weight"] = base[prefix + "weight"] + scale * (trained[prefix + "lora_B"] @ value)
+            weight, lora_b = base.get(prefix + "weight"), trained[prefix + "lora_B"]
+            if weight is None or tuple(weight.shape) != (lora_b.shape[0], value.shape[1]):
+                raise ValueError(f"the base has no {prefix}weight of the adapters' shape: not the model these "
+                                 "adapters were trained on (its files changed or are gone)")
+            out[prefix + "weight"] = weight + scale * (lora_b @ value)
         elif not name.endswith(".lora_B"):
             out[name] = value
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import torch
 
 from roll_agentic.config import AlgoConfig, Config, TrainerConfig
@@ -138,3 +139,12 @@ def test_admission_takes_lora_jobs_and_estimates_their_trained_state(tiny_model_
     assert admission.estimated_state_bytes(tiny_model_path, cfg) == trained * 4 * 3
     full = Config()
     assert admission.estimated_state_bytes(tiny_model_path, full) > 2 * trained * 4 * 3
+
+
+def test_merging_onto_another_base_is_refused_naming_the_tensor():
+    trained = {"m.q_proj.lora_A": torch.zeros(2, 8), "m.q_proj.lora_B": torch.zeros(4, 2)}
+    assert merge_adapters({"m.q_proj.weight": torch.ones(4, 8)}, trained, 1.0)["m.q_proj.weight"].sum() == 32
+    with pytest.raises(ValueError, match="no m.q_proj.weight of the adapters' shape"):
+        merge_adapters({"m.q_proj.weight": torch.ones(4, 6)}, trained, 1.0)
+    with pytest.raises(ValueError, match="its files changed or are gone"):
+        merge_adapters({}, trained, 1.0)
