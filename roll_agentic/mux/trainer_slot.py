@@ -209,6 +209,7 @@ class TrainerSlot:
     def _build(self, job: str) -> PolicyTrainer:
         """A device trainer built for the job from its model path (its initial weights)."""
         spec = self.jobs[job]
+        self.trainer, self._lay = None, None  # the old model's tensors go first: a GPU never holds two
         self.trainer = PolicyTrainer(spec.model_path, spec.trainer, spec.algo, spec.temperature, spec.top_p)
         self.form = trainer_form(spec)
         if self.trainer.ref_model is not None:
