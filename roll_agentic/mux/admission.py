@@ -14,7 +14,7 @@ from pathlib import Path
 
 from roll_agentic.config import Config
 from roll_agentic.mux.candidates import group_candidates, memory_ok
-from roll_agentic.mux.group import Group, is_saturated
+from roll_agentic.mux.group import Group, is_saturated, other_form
 from roll_agentic.mux.mux_config import MuxConfig
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, NodeClass, phase_times, planned
 from roll_agentic.mux.round_robin import MemberPlan, evaluate_on, members_of
@@ -101,13 +101,19 @@ def refusal(cfg: Config, model_path: str, pool_model_path: str, m: MuxConfig) ->
     return ""
 
 
-def job_profile(name: str, prof: Mapping[str, float], slo: float) -> JobProfile:
+def job_profile(name: str, prof: Mapping[str, float], slo: float, form: str) -> JobProfile:
+    """A probed job as the policy sees it; `form`: its trainer form (`lora.form_of`)."""
     return JobProfile(name, "measured", "-", n_rollout=1, n_train=1, roll_s=prof["roll_s"],
                       train_s=prof["train_s"], sync_s=prof["sync_s"], local_sync_s=prof["sync_s"],
-                      train_mem_gb=prof["state_bytes"] / GB, rollout_mem_gb=prof["weights_bytes"] / GB, slo=slo)
+                      train_mem_gb=prof["state_bytes"] / GB, rollout_mem_gb=prof["weights_bytes"] / GB, slo=slo,
+                      form=form)
 
 
 def _group_reason(group: Group, job: JobProfile, spec: ClusterSpec, headroom: float) -> str:
+    other = other_form(group, job.form)
+    if other:
+        return (f"group {group.group_id}: its training node runs a job of another trainer form ({other}, "
+                f"this job: {job.form}); switching between them would rebuild the trainer from storage")
     if is_saturated(group, spec):
         return f"group {group.group_id}: saturated (no idle phase left to fill)"
     cands = group_candidates(group, job, spec)

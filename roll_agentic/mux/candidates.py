@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from roll_agentic.mux.group import CandidateKind, Group, Placement
+from roll_agentic.mux.group import CandidateKind, Group, Placement, other_form
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, PhaseTimes, Pool, phase_times, planned
 from roll_agentic.mux.round_robin import MemberPlan, evaluate_on, members_of
 from roll_agentic.mux.slo_check import lone_slo_ok, slo_periods_ok
@@ -119,8 +119,9 @@ def _pack_or_add_rollout(
 def group_candidates(
     group: Group, job: JobProfile, spec: ClusterSpec, load: Mapping[int, float] | None = None
 ) -> list[Placement]:
-    """Pack and add-rollout candidates for one group (memory-feasible pinnings)."""
-    if any(p.colocated for p in group.pinning.values()):
+    """Pack and add-rollout candidates for one group (memory-feasible pinnings; none for a
+    group of another trainer form)."""
+    if any(p.colocated for p in group.pinning.values()) or other_form(group, job.form):
         return []
     load = load if load is not None else node_loads(group, spec)
 

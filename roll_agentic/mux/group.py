@@ -119,6 +119,16 @@ class Group:
         return known
 
 
+def other_form(group: Group, form: str) -> str:
+    """A member's trainer form other than `form` (`JobProfile.form`; "" is any), "" if none:
+    a job of `form` may not join the group, whose training nodes it would share."""
+    if form:
+        for m in group.members.values():
+            if m.form and m.form != form:
+                return m.form
+    return ""
+
+
 def group_cycle_and_load(group: Group, spec: ClusterSpec) -> tuple[float, float]:
     """(T_cycle, T_load) of a group, MECHANISMS.md section 2 step 2.
 

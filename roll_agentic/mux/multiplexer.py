@@ -5,8 +5,8 @@ slots, roll_agentic/mux/trainer_slot.py), and for each submitted job:
 1. refuses it if it can never run here (admission.refusal);
 2. profiles it: its first iteration runs through the shared FIFOs, timed
    (x `profile_margin` for the worst case), then its state is parked on disk;
-3. places it with the RollMux policy (saturation, memory, SLO check, cheapest
-   candidate); a job that fits nowhere waits, its reason shown, and is
+3. places it with the RollMux policy (saturation, memory, trainer form, SLO
+   check, cheapest candidate); a job that fits nowhere waits, its reason shown, and is
    retried whenever a job leaves; it is never placed so as to break an SLO.
    Jobs waiting together are placed together (roll_agentic/mux/placement_desk.py);
 4. runs it in round robin inside its group (roll_agentic/mux/job_runner.py);
@@ -46,6 +46,7 @@ from roll_agentic.mux.profile import PhaseKind, Pool
 from roll_agentic.mux.rollback_mark import checkpoint_step
 from roll_agentic.mux.trainer_slot import TrainerSlot
 from roll_agentic.train.checkpoint import latest_checkpoint
+from roll_agentic.train.lora import form_of
 
 ACTOR_NAME = "roll-agentic-mux"
 NAMESPACE = "roll-agentic"
@@ -242,7 +243,7 @@ class Multiplexer:
                 rec.reason = (f"job state {prof['state_bytes']} B exceeds the residency budget of "
                               f"{self.m.residency_budget_bytes} B per training node")
                 return
-            profile = admission.job_profile(rec.name, prof, rec.slo)
+            profile = admission.job_profile(rec.name, prof, rec.slo, form_of(model_path, cfg.trainer))
             rec.state = JobState.QUEUED
             async with self._changed:
                 self.desk.add(profile)

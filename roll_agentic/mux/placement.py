@@ -53,6 +53,7 @@ from roll_agentic.mux.group import (
     Group,
     GroupBook,
     Placement,
+    other_form,
 )
 from roll_agentic.mux.group_view import (
     GroupView,
@@ -371,8 +372,11 @@ class RollMuxPolicy(RoundRobinPhases):
         )
         views, owners, cap = self._views, self._groups, 1.0 + self.headroom
         max_members, screen = self.max_members, self.screen
+        form = job.form
         for group in groups.values():
             if len(group.pinning) >= max_members:
+                continue
+            if form and other_form(group, form):  # its trainer would be rebuilt at every switch
                 continue
             view = views.get(group.group_id)
             if view is None or view.version != group.version or owners.get(group.group_id) is not group:

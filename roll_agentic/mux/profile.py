@@ -132,6 +132,10 @@ class JobProfile:
     # With migration: the share of a rollout phase for which its nodes are
     # held whole, stragglers' GPUs counted pro rata (`migration.tail_hold`).
     tail_hold: float = 1.0
+    # The trainer form its state needs (`lora.form_of`: "full", or a LoRA shape on a base); ""
+    # for any. A switch between forms rebuilds the trainer from storage, a cold start the SLO
+    # check does not price, so jobs of different forms never share a training node.
+    form: str = ""
 
     @property
     def solo_iter_s(self) -> float:
@@ -195,6 +199,8 @@ def profile_problems(job: JobProfile, spec: ClusterSpec | None = None) -> list[s
         problem = out_of_range(name, getattr(job, name), rule)
         if problem:
             out.append(problem)
+    if not isinstance(job.form, str):
+        out.append(f"form must be a string naming the trainer form (\"\": any), got {job.form!r}")
     if spec is not None and not out:
         for pool, need in ((Pool.TRAIN, job.train_mem_gb), (Pool.ROLLOUT, job.rollout_mem_gb)):
             have = spec.node_class(pool).host_mem_gb

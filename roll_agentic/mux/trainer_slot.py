@@ -19,10 +19,11 @@ LoRA jobs (`trainer.lora_rank` > 0): the frozen base stays on the device and
 only the trained tensors (adapters, modules trained whole) and their moments
 are resident in host memory and copied on a switch: a few percent of a full
 job's bytes. That holds between jobs of one *form* (`trainer_form`: the same
-base and adapter shapes); a job of another form (another base, other LoRA
-settings, or a full fine-tune after a LoRA job) gets a trainer built for it
-from its model path first, then its state as above (reported as "rebuilt"
-when that state came from host memory).
+base and adapter shapes), and the placement keeps jobs of other forms off
+the node (`JobProfile.form`). A job of another form that comes after (the
+node's jobs left) gets a trainer built for it from its model path first,
+then its state as above (reported as "rebuilt" when that state came from
+host memory).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from roll_agentic.mux.residency import (
     tree_bytes,
 )
 from roll_agentic.train.checkpoint import latest_checkpoint, save_checkpoint
-from roll_agentic.train.lora import merge_adapters
+from roll_agentic.train.lora import form_of, merge_adapters
 from roll_agentic.train.trainer import PolicyTrainer, Sample, reference_model
 from roll_agentic.train.trust_region import AdaptiveLR
 
@@ -65,17 +66,14 @@ class SlotJob:
     trust: AdaptiveLR | None = None
 
 
-def trainer_form(job: SlotJob) -> tuple:
+def trainer_form(job: SlotJob) -> str:
     """What the device trainer must have been built as to take the job's state in place.
 
     A full fine-tune's model object takes any job's weights (the pool's architecture; admission
     checks it). A LoRA job's state is its adapters only: they need its own base under them, and
-    adapters of its rank, targets and whole-trained modules.
-    """
-    t = job.trainer
-    if not t.lora_rank:
-        return ("full",)
-    return ("lora", job.model_path, t.lora_rank, t.lora_alpha, tuple(t.lora_targets), tuple(t.lora_full_modules))
+    adapters of its rank, targets and whole-trained modules. The placement keeps jobs of
+    different forms off one training node (`JobProfile.form`)."""
+    return form_of(job.model_path, job.trainer)
 
 
 def base_weights(model_path: str) -> dict[str, torch.Tensor]:
@@ -105,7 +103,7 @@ class TrainerSlot:
         self.store = ResidencyStore(budget_bytes)
         self.jobs: dict[str, SlotJob] = {}
         self.trainer: PolicyTrainer | None = None
-        self.form: tuple = ()  # trainer_form of the job the trainer was built for
+        self.form = ""  # trainer_form of the job the trainer was built for
         self.active: str | None = None
         self._lay: DeviceLayout | None = None
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from roll_agentic.mux.batch import GroupAssessor, signature
 from roll_agentic.mux.candidates import memory_ok, new_group_placement, rollout_options
-from roll_agentic.mux.group import CandidateKind, Group, GroupBook, Placement
+from roll_agentic.mux.group import CandidateKind, Group, GroupBook, Placement, other_form
 from roll_agentic.mux.placement import SLO_HEADROOM
 from roll_agentic.mux.policy import RoundRobinPhases
 from roll_agentic.mux.profile import ClusterSpec, JobProfile, Pool
@@ -72,7 +72,7 @@ def job_steps(book: GroupBook, job: JobProfile, counts: list[int]) -> list[Step]
     """Every placement of `job`, giving it each of `counts` rollout nodes (`rollout_options`)."""
     out = [Step(None, (), (), n, job.n_train) for n in counts]
     for gi, group in enumerate(book.groups.values()):
-        if any(p.colocated for p in group.pinning.values()):
+        if any(p.colocated for p in group.pinning.values()) or other_form(group, job.form):
             continue
         r_cls, t_cls = _classes(group, Pool.ROLLOUT), _classes(group, Pool.TRAIN)
         n_r, n_t = sum(map(len, r_cls)), sum(map(len, t_cls))

@@ -16,6 +16,8 @@ required
 
 optional (default: what the generated traces assume, `trace.py`)
   job_id           unique name (default j0000, j0001, ... by row)
+  form             its trainer form, any text (a LoRA shape and base, "full"): jobs of
+                   different forms never share a group (default empty: any form)
   sync_s           weight sync over the inter-pool link (2 bytes/param at 5 GB/s + 5 s)
   train_mem_gb     host memory per training node (16 bytes/param over the training nodes)
   rollout_mem_gb   host memory per rollout node (2 bytes/param)
@@ -55,9 +57,10 @@ REQUIRED = (
     "arrival_h", "params_b", "rollout_nodes", "train_nodes", "rollout_s", "train_s", "slo", "run_h",
 )
 OPTIONAL = (
-    "job_id", "sync_s", "train_mem_gb", "rollout_mem_gb", "tail_hold", "rollout_tp",
+    "job_id", "form", "sync_s", "train_mem_gb", "rollout_mem_gb", "tail_hold", "rollout_tp",
     "colo_roll_speed", "roll_typical", "train_typical",
 )
+_TEXT = 2  # OPTIONAL's first columns are text, the others numbers
 _INTEGERS = {"rollout_nodes", "train_nodes", "rollout_tp"}
 _INF = math.inf
 # Each column's range: the profile field's where it becomes one (`FIELD_RANGES`).
@@ -108,7 +111,7 @@ def _parse(row: dict[str, str], wanted: tuple[str, ...]) -> tuple[dict[str, floa
     return values, problems
 
 
-def _job(v: dict[str, float], job_id: str, seed: int, wl: WorkloadSpec) -> tuple[TraceJob | None, list[str]]:
+def _job(v: dict[str, float], job_id: str, form: str, seed: int, wl: WorkloadSpec) -> tuple[TraceJob | None, list[str]]:
     """One row's job (every column already in range), or the problems that stop it."""
     tp = v.get("rollout_tp", ROLLOUT_TP[_size(v["params_b"])])
     params, n_r, n_t = v["params_b"], v["rollout_nodes"], v["train_nodes"]
@@ -134,6 +137,7 @@ def _job(v: dict[str, float], job_id: str, seed: int, wl: WorkloadSpec) -> tuple
         roll_typical=v.get("roll_typical", round(roll_typical, 4)),
         train_typical=v.get("train_typical", round(train_typical, 4)),
         tail_hold=round(hold, 4),
+        form=form,
     )
     problems = profile_problems(profile)
     if problems:
@@ -189,9 +193,9 @@ def trace_from_csv(path: str | Path, seed: int = 0) -> Trace:
         if job_id in seen:
             problems.append(f"{where}: job_id repeats an earlier line's; ids must be unique")
         seen.add(job_id)
-        values, bad = _parse(row, REQUIRED + OPTIONAL[1:])
+        values, bad = _parse(row, REQUIRED + OPTIONAL[_TEXT:])
         if not bad:
-            job, bad = _job(values, job_id, job_seed, wl)
+            job, bad = _job(values, job_id, (row.get("form") or "").strip(), job_seed, wl)
             if job is not None:
                 jobs.append(job)
         problems += [f"{where}: {p}" for p in bad]

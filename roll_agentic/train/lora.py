@@ -23,9 +23,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from roll_agentic.config import TrainerConfig
 
 # Every projection of a Llama/Qwen-style decoder layer: attention and MLP.
 ALL_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -49,6 +54,18 @@ class LoraLinear(nn.Module):
         if not self.enabled:
             return self.base(x)
         return self.base(x) + (x @ self.lora_A.t() @ self.lora_B.t()) * self.scale
+
+
+def form_of(model_path: str, cfg: TrainerConfig) -> str:
+    """The trainer form a run's state needs, in words: "full", or the LoRA shape and its base.
+
+    Two runs of one form can swap states into one trainer (the multiplexer's warm switch); a
+    run of another form needs a trainer built for it (its base loaded from storage)."""
+    if not cfg.lora_rank:
+        return "full"
+    full = f" + {','.join(cfg.lora_full_modules)} whole" if cfg.lora_full_modules else ""
+    return (f"lora r={cfg.lora_rank} alpha={cfg.lora_alpha:g} on {','.join(cfg.lora_targets)}{full}"
+            f" of {Path(model_path).resolve()}")
 
 
 def apply_lora(model: nn.Module, rank: int, alpha: float, targets: list[str] | tuple[str, ...],

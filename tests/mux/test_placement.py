@@ -303,3 +303,24 @@ def test_scale_train_lets_a_job_with_an_slo_inside_the_headroom_share():
     options = RollMuxPolicy(SPEC, scale_train=2)._own_plan(tight)[1]
     trains = [opts[0][1].train_s for opts in options]
     assert len(options) == 3 and trains[0] > trains[1] > trains[2]
+
+
+@pytest.mark.parametrize("share_any", [False, True])
+def test_a_job_of_another_trainer_form_never_joins_a_group_and_greedy_and_optimal_agree(share_any):
+    """Trainer forms (`JobProfile.form`: LoRA shape and base, or full): a switch between forms
+    rebuilds the trainer from storage, which the SLO check does not price, so every policy
+    keeps a job out of groups holding another form ("" is any form)."""
+    from dataclasses import replace
+
+    from roll_agentic.sim.baselines import GreedyPolicy
+    from roll_agentic.sim.optimal import job_steps
+
+    a = replace(job(0, rho=0.7), form="lora r=8 on base-1")
+    book = place_all(RollMuxPolicy(SPEC), [a])
+    policy = RollMuxPolicy(SPEC, share_any=share_any)
+    mirror = job(1, rho=0.3)  # packs at zero cost beside a, of its form or of any
+    for form, alone in (("full", True), ("lora r=8 on base-2", True), ("lora r=8 on base-1", False), ("", False)):
+        b = replace(mirror, form=form)
+        assert (policy.place(book.groups, b).kind is CandidateKind.NEW_GROUP) == alone, form
+        assert (GreedyPolicy(SPEC).place(book.groups, b).kind is CandidateKind.NEW_GROUP) == alone, form
+        assert all(s.group is None for s in job_steps(book, b, [1])) == alone, form

@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,37 @@ def test_flags_a_trace_file_would_ignore_are_refused(tmp_path, capsys):
     assert "give --seeds too" in capsys.readouterr().err
     assert cli.main(["compare", "--jobs", "5", "--save-trace", str(tmp_path / "no" / "such" / "t.json")]) == 2
     assert "No such file" in capsys.readouterr().err
+
+
+def test_jobs_of_different_trainer_forms_never_share_a_training_node_in_any_policy(tmp_path):
+    """A `form` column (a LoRA shape and base, "full"): every policy keeps jobs of different
+    forms off each other's training nodes for the whole run, moves included; without it the
+    same complementary jobs share."""
+    from roll_agentic.mux.profile import ClusterSpec
+    from roll_agentic.sim.compare import run_policies
+    from roll_agentic.sim.options import RollMuxOptions
+
+    rows = [f"{i * 0.1},7,1,1,{1400 if i % 2 else 500},{500 if i % 2 else 1400},2.0,12,{'AB'[i // 2 % 2]}"
+            for i in range(8)]
+    trace = trace_from_csv(_csv(tmp_path, f"{HEADER},form\n" + "\n".join(rows) + "\n"))
+    form = {j.profile.job_id: j.profile.form for j in trace.jobs}
+    assert sorted(form.values()) == ["A"] * 4 + ["B"] * 4
+    spec = ClusterSpec(rollout_fifo=True)
+    names = ("rollmux", "greedy", "random")
+
+    def jobs_per_training_node(trace_, options):
+        out: dict = {}
+        for name, result in run_policies(trace_, spec, names, record=True, options=options).items():
+            for p in result.phases:
+                if p.pool == "train":
+                    out.setdefault((name, p.node_id), set()).add(p.job_id)
+        return out
+
+    for options in (RollMuxOptions(), RollMuxOptions(rehome=True, share_any=True, scale_train=1)):
+        seen = jobs_per_training_node(trace, options)
+        assert {name for name, _ in seen} == set(names)
+        assert all(len({form[j] for j in jobs}) == 1 for jobs in seen.values()), seen
+        assert any(len(jobs) > 1 for (name, _), jobs in seen.items() if name == "rollmux")  # one form pairs
+    anyform = replace(trace, jobs=[replace(j, profile=replace(j.profile, form="")) for j in trace.jobs])
+    seen = jobs_per_training_node(anyform, RollMuxOptions())
+    assert any(len({form[j] for j in jobs}) > 1 for (name, _), jobs in seen.items() if name == "rollmux")

@@ -10,7 +10,7 @@ import torch
 
 from roll_agentic.config import AlgoConfig, ConfigError, TrainerConfig
 from roll_agentic.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from roll_agentic.train.lora import ALL_PROJECTIONS, LoraLinear
+from roll_agentic.train.lora import ALL_PROJECTIONS, LoraLinear, form_of
 from roll_agentic.train.trainer import PolicyTrainer
 from tests.train.batches import random_batch
 
@@ -282,3 +282,20 @@ def test_two_fsdp_lora_workers_match_one_process_and_resume(tiny_model_path):
             if t is not None:
                 t.close()
         ray.shutdown()
+
+
+def test_a_runs_trainer_form_names_what_a_trainer_must_be_built_as_to_take_its_state(tmp_path):
+    """Equal forms swap states into one trainer (the multiplexer's warm switch); any LoRA
+    setting, or the base (however its path is spelled), makes another form."""
+    (tmp_path / "m").mkdir()
+    lora = TrainerConfig(lora_rank=8, lora_targets=["q_proj", "v_proj"], lora_full_modules=["embed_tokens"])
+    assert form_of(str(tmp_path / "m"), TrainerConfig()) == form_of("elsewhere", TrainerConfig()) == "full"
+    form = form_of(str(tmp_path / "m"), lora)
+    assert form.startswith("lora r=8 alpha=32 on q_proj,v_proj + embed_tokens whole of ") and str(tmp_path) in form
+    assert form_of(str(tmp_path / "x" / ".." / "m"), lora) == form
+    for other in (TrainerConfig(lora_rank=4, lora_targets=["q_proj", "v_proj"], lora_full_modules=["embed_tokens"]),
+                  TrainerConfig(lora_rank=8, lora_targets=["q_proj"], lora_full_modules=["embed_tokens"]),
+                  TrainerConfig(lora_rank=8, lora_alpha=16, lora_targets=["q_proj", "v_proj"],
+                                lora_full_modules=["embed_tokens"])):
+        assert form_of(str(tmp_path / "m"), other) != form
+    assert form_of(str(tmp_path / "other"), lora) != form
