@@ -134,7 +134,7 @@ class JobProfile:
     tail_hold: float = 1.0
     # The trainer form its state needs (`lora.form_of`: "full", or a LoRA shape on a base); ""
     # for any. A switch between forms rebuilds the trainer from storage, a cold start the SLO
-    # check does not price, so jobs of different forms never share a training node.
+    # check does not price, so jobs of different forms never join one group (`group.other_form`).
     form: str = ""
 
     @property
