@@ -29,9 +29,11 @@ from roll_agentic.sim.cli_commands import (
 # (`cli.MAX_JOBS`), where tests and callers have always found them.
 from roll_agentic.sim.cli_limits import (  # noqa: F401 - re-exported, not only those used here
     BUDGET_WHY,
+    FORMS_WHY,
     INSTANCES_WHY,
     JOBS_WHY,
     MAX_BUDGET,
+    MAX_FORMS,
     MAX_INSTANCES,
     MAX_JOBS,
     MAX_OPTIMALITY_JOBS,
@@ -171,6 +173,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar=("LO", "HI"),
         help="draw a generated trace's SLOs (tolerated slowdowns) from U(LO, HI) instead of "
         "U(1, 2), the paper's: what looser or tighter SLOs buy",
+    )
+    p.add_argument(
+        "--forms",
+        type=at_most(0, MAX_FORMS, FORMS_WHY),
+        default=0,
+        metavar="K",
+        help="spread a generated trace's jobs over K base models per model size, each a trainer "
+        "form: jobs of different forms never share a group (a switch between them would reload the "
+        "trainer from storage): what serving several bases costs. Default 0: one form",
     )
     p.add_argument("--save-trace", metavar="FILE", help="write the trace used to FILE as JSON")
     p.add_argument("--plot", metavar="DIR", help="write PNGs to DIR: a Gantt chart of phases per node per policy (the first 12 h), "

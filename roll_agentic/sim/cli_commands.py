@@ -29,7 +29,8 @@ def _generator_flags_unused(args: argparse.Namespace) -> None:
     if not args.trace:
         return
     given = [flag for flag, on in (("--seed", args.seed != 0), ("--jobs", args.jobs != 200),
-                                   ("--arrival", getattr(args, "arrival", "poisson") != "poisson")) if on]
+                                   ("--arrival", getattr(args, "arrival", "poisson") != "poisson"),
+                                   ("--forms", getattr(args, "forms", 0) != 0)) if on]
     if given:
         raise ValueError(f"{given[0]} shapes a generated trace; a --trace file has its own")
 
@@ -101,6 +102,7 @@ def _compare_seeds(args: argparse.Namespace, slo_range: tuple[float, float]) -> 
         jobs=args.jobs,
         arrival=args.arrival,
         slo_range=slo_range,
+        forms=args.forms,
         options=RollMuxOptions.from_args(args),
         spec=_spec(args),
     )
@@ -143,7 +145,7 @@ def run_compare(args: argparse.Namespace) -> int:
     else:
         trace = generate_trace(
             args.seed,
-            WorkloadSpec(n_jobs=args.jobs, arrival=args.arrival, slo_range=slo_range),
+            WorkloadSpec(n_jobs=args.jobs, arrival=args.arrival, slo_range=slo_range, forms=args.forms),
         )
     if args.save_trace:
         try:
@@ -187,6 +189,7 @@ def run_compare(args: argparse.Namespace) -> int:
             if doc["arrival"] == "file"
             else f"SLOs from U({lo:g}, {hi:g}); "
         )
+        + (f"{doc['trainer_forms']} trainer forms (never in one group); " if doc["trainer_forms"] else "")
         + f"$/h over the solo span of {doc['reference_hours']} h; util: busy share of "
         "allocated GPU time; R, T: rollout, training nodes; alone: share of $ on groups of one job"
         + (f"; beyond the paper: {' '.join(flags)}" if flags else "")

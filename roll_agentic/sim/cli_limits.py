@@ -28,6 +28,7 @@ MAX_INSTANCES = 200  # README's run: 20 instances
 MAX_BUDGET = 20_000_000  # README's largest: 2,000,000 placements per instance, 9 min
 MAX_SCALE_TRAIN = 16  # README's runs use 1; a generated job trains on 1 or 2 nodes
 MAX_SNAPSHOTS = 100  # README's run: 6 (the default)
+MAX_FORMS = 100  # trainer forms per model size; README's runs: up to 8
 # README's largest: 100, twice the scheduler time of 2,000 jobs. Past the seed plans each
 # re-plan's search time grows with N (500 jobs, --replan 12: 100 in 9 s, 1,000 in 19 s, 10,000 in 140 s).
 MAX_REPLAN_BUDGET = 10_000
@@ -57,6 +58,10 @@ SCALE_TRAIN_WHY = (
     "a generated job trains on 1 or 2 nodes and each node added brings 0.9 of one, so a few more "
     "is where it pays (README's figures use 1); every count up to N is planned for every job, so "
     "scheduler time grows with N"
+)
+FORMS_WHY = (
+    "each is one base model per size the jobs are spread over; at 100 a 200-job trace has no two "
+    "jobs of one form already"
 )
 SNAPSHOTS_WHY = "each snapshot re-places every running job from scratch; the default is 6"
 REPLAN_BUDGET_WHY = (

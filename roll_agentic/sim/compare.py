@@ -164,6 +164,8 @@ def compare(
         out["slo_range"] = [min(slos), max(slos)]
     else:
         out["slo_range"] = list(trace.workload.slo_range)
+    # Distinct trainer forms among the jobs (`JobProfile.form`; 0: every job any form).
+    out["trainer_forms"] = len({j.profile.form for j in trace.jobs if j.profile.form})
     return out, results
 
 

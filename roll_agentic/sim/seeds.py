@@ -55,6 +55,7 @@ class SeedRun:
     jobs: int = 200
     arrival: str = "poisson"
     slo_range: tuple[float, float] | None = None  # SLOs drawn from U(lo, hi); None: the trace default
+    forms: int = 0  # trainer forms per model size (`WorkloadSpec.forms`)
     options: RollMuxOptions = DEFAULT_OPTIONS
     # The cluster and its switches (migration and FIFO rollout nodes), as `sim compare` builds it.
     spec: ClusterSpec = field(default_factory=lambda: ClusterSpec(migration=True))
@@ -64,7 +65,8 @@ class SeedRun:
         from roll_agentic.sim.trace import WorkloadSpec, generate_trace
 
         slos = {} if self.slo_range is None else {"slo_range": self.slo_range}
-        trace = generate_trace(seed, WorkloadSpec(n_jobs=self.jobs, arrival=self.arrival, **slos))
+        wl = WorkloadSpec(n_jobs=self.jobs, arrival=self.arrival, forms=self.forms, **slos)
+        trace = generate_trace(seed, wl)
         doc, _ = compare(trace, spec=self.spec, options=self.options)
         return doc
 
@@ -129,6 +131,7 @@ def compare_seeds(seeds: list[int], run: SeedRun, workers: int | None = None) ->
         "jobs": run.jobs,
         "arrival": run.arrival,
         "slo_range": docs[0]["slo_range"],
+        "forms_per_size": run.forms,
         "rollmux_saving": {
             name: _spread([d["rollmux_saving"][name] for d in docs])
             for name in policies
@@ -172,9 +175,10 @@ def seeds_table(doc: dict) -> list[str]:
             f"{slo['rollmux'][stat]:>12.3f} {slo['random'][stat]:>7.3f} {slo['greedy'][stat]:>7.3f} "
             f"{alone[stat]:>6.3f}"
         )
+    forms = f"{doc['forms_per_size']} trainer forms per model size; " if doc.get("forms_per_size") else ""
     rows.append(
         f"{doc['jobs']} jobs per trace, {doc['arrival']} arrivals, SLOs from "
-        f"U({doc['slo_range'][0]:g}, {doc['slo_range'][1]:g}), seeds {doc['seeds']}; "
+        f"U({doc['slo_range'][0]:g}, {doc['slo_range'][1]:g}), seeds {doc['seeds']}; {forms}"
         "min / mean / max: of each column on its own; alone: share of rollmux's $ on jobs "
         "alone in their group"
     )

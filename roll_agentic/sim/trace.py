@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +110,9 @@ class WorkloadSpec:
     slo_range: tuple[float, float] = (1.0, 2.0)
     tail_sigma_range: tuple[float, float] = (1.0, 1.2)
     responses_per_step: int = 1024
+    # Base models per model size the jobs are spread over, each a trainer form
+    # (`JobProfile.form`: jobs of different forms never share a group); 0: one, any.
+    forms: int = 0
 
 
 @dataclass
@@ -299,6 +302,7 @@ def generate_trace(seed: int = 0, workload: WorkloadSpec | None = None) -> Trace
     wl = workload or WorkloadSpec()
     rng = np.random.default_rng(seed)
     tail_rng = np.random.default_rng((seed, 1))  # its own stream: other fields stay as they were
+    form_rng = np.random.default_rng((seed, 2))  # the same: a trace with forms differs only in them
     mean_gap = wl.span_days * 86400.0 / wl.n_jobs
     if wl.arrival == "poisson":
         gaps = rng.exponential(mean_gap, wl.n_jobs)
@@ -314,6 +318,8 @@ def generate_trace(seed: int = 0, workload: WorkloadSpec | None = None) -> Trace
         size = sizes[rng.choice(3, p=np.asarray(wl.size_weights) / sum(wl.size_weights))]
         kind = kinds[rng.choice(3, p=np.asarray(wl.kind_weights) / sum(wl.kind_weights))]
         prof = make_profile(f"j{i:04d}", kind, size, rng, wl, tail_rng)
+        if wl.forms:
+            prof = replace(prof, form=f"{size}-base{int(form_rng.integers(wl.forms))}")
         hours = rng.uniform(wl.h_min, wl.h_max)
         n_iters = max(2, round(hours * 3600.0 / prof.solo_iter_s))
         trace.jobs.append(TraceJob(float(t), int(n_iters), int(rng.integers(2**31)), prof))

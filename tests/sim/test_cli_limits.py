@@ -61,6 +61,7 @@ def test_at_most_takes_the_range_and_says_why_past_it():
         (["optimality", "--instances", "100000"], "--instances", cli.MAX_INSTANCES, "exhaustive search"),
         (["optimality", "--budget", "1000000000000"], "--budget", cli.MAX_BUDGET, "9 min"),
         (["repack", "--snapshots", "1000000"], "--snapshots", cli.MAX_SNAPSHOTS, "re-places"),
+        (["compare", "--forms", "1000"], "--forms", cli.MAX_FORMS, "no two jobs of one form"),
         # Before, any budget was taken: each re-plan searched that many placements, for hours.
         (["compare", "--replan-budget", "1000000"], "--replan-budget", cli.MAX_REPLAN_BUDGET,
          "scheduler time grows with N"),
@@ -92,12 +93,20 @@ def test_seed_lists_keep_their_own_checks_and_the_limit_itself_parses():
     assert cli.main(["compare", "--seeds", "4-2"]) == 2
 
 
+def test_forms_shape_a_generated_trace_only(tmp_path, capsys):
+    path = tmp_path / "t.json"
+    assert cli.main(["compare", "--jobs", "6", "--save-trace", str(path), "--json"]) == 0
+    assert cli.main(["compare", "--trace", str(path), "--forms", "2"]) == 2
+    assert "--forms shapes a generated trace; a --trace file has its own" in capsys.readouterr().err
+
+
 def test_every_limit_itself_is_accepted():
     assert _parse(["scale", "--jobs", str(cli.MAX_SCALE_JOBS)]).jobs == cli.MAX_SCALE_JOBS
     assert _parse(["compare", "--jobs", str(cli.MAX_JOBS)]).jobs == cli.MAX_JOBS
     assert _parse(["repack", "--jobs", str(cli.MAX_JOBS), "--snapshots", str(cli.MAX_SNAPSHOTS)]).snapshots == (
         cli.MAX_SNAPSHOTS
     )
+    assert _parse(["compare", "--forms", str(cli.MAX_FORMS)]).forms == cli.MAX_FORMS
     args = _parse(["optimality", "--jobs", str(cli.MAX_OPTIMALITY_JOBS), "--instances", str(cli.MAX_INSTANCES),
                    "--budget", str(cli.MAX_BUDGET), "--scale-train", str(cli.MAX_SCALE_TRAIN)])
     assert (args.jobs, args.instances, args.budget, args.scale_train) == (
@@ -115,7 +124,7 @@ def _readme_sim_commands() -> list[list[str]]:
     for cmd in re.findall(r"`roll-agentic sim ([^`]+)`", text):
         if cmd.strip() == "...":
             continue
-        out.append(shlex.split(cmd.replace("LO HI", "1.5 2").replace("FLAGS", four)))
+        out.append(shlex.split(cmd.replace("LO HI", "1.5 2").replace("FLAGS", four).replace("--forms K", "--forms 4")))
     return out
 
 

@@ -1,5 +1,7 @@
 """Traces: reproducible from a seed, lossless through JSON, bursty on request."""
 
+import json
+
 import numpy as np
 
 from roll_agentic.sim.trace import Trace, WorkloadSpec, generate_trace
@@ -147,3 +149,24 @@ def test_impossible_profiles_in_a_trace_are_all_named_before_anything_runs(tmp_p
     huge = Trace.load(path)
     with pytest.raises(ValueError, match="5000 GB of host memory per training node; one H800 node has 1024 GB"):
         compare(huge, spec=ClusterSpec())
+
+
+def test_forms_spread_jobs_over_bases_per_size_and_change_nothing_else(tmp_path, capsys):
+    """`--forms K`: each job trains on one of K bases of its size (its trainer form); the
+    trace is otherwise the one without forms, so the two compare job for job."""
+    from dataclasses import replace
+
+    from roll_agentic.sim import cli
+
+    plain = generate_trace(3, WorkloadSpec(n_jobs=60))
+    formed = generate_trace(3, WorkloadSpec(n_jobs=60, forms=2))
+    assert {j.profile.form for j in plain.jobs} == {""}
+    assert {j.profile.form for j in formed.jobs} == {f"{s}-base{k}" for s in ("small", "medium", "large")
+                                                     for k in (0, 1)}
+    assert all(j.profile.form.startswith(j.profile.size) for j in formed.jobs)
+    assert [replace(j, profile=replace(j.profile, form="")) for j in formed.jobs] == plain.jobs
+    formed.save(tmp_path / "t.json")
+    assert Trace.load(tmp_path / "t.json").jobs == formed.jobs
+    assert cli.main(["compare", "--jobs", "12", "--forms", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert 1 <= doc["trainer_forms"] <= 3 and doc["slo_attainment"]["rollmux"] == 1.0
