@@ -19,7 +19,12 @@ With `--lora-rank R` (16 by default; 0: off) the warm rounds run again with
 two LoRA jobs of that rank on the same model: their resident state is their
 adapters and moments only, the frozen base staying on the device, so
 `full_over_lora_warm` = median full warm switch / median LoRA warm switch,
-and `state_full_over_lora` the resident bytes per job of each.
+and `state_full_over_lora` the resident bytes per job of each. Then twice
+more with LoRA jobs of two forms (ranks R and 2R): once as the multiplexer
+runs them, each form's trainer parked in host memory between its turns
+(`lora_form_switch_s`), once with nothing parked, each switch building the
+incoming form's trainer from storage as before parking existed
+(`lora_form_rebuilt_s`; `rebuilt_over_parked`).
 
 The model is a Qwen2 of random weights and the size
 asked for, built on the spot: nothing is downloaded. No Ray here, so it also
@@ -73,23 +78,27 @@ def _samples(vocab: int, seed: int):
                    1.0 if i % 2 else -1.0) for i in range(4)]
 
 
-def _slot(model: Path, ckpts: Path, cfg: SwitchBenchConfig, resident: bool, lora_rank: int = 0):
+def _slot(model: Path, ckpts: Path, cfg: SwitchBenchConfig, resident: bool, ranks: tuple[int, int] = (0, 0)):
     from roll_agentic.config import AlgoConfig, TrainerConfig
     from roll_agentic.mux.trainer_slot import TrainerSlot
 
     slot = TrainerSlot("bench", budget_bytes=1 << 50, threads=torch.get_num_threads())
-    trainer = TrainerConfig(lr=1e-4, device=cfg.device, seed=cfg.seed, lora_rank=lora_rank)
-    for job in ("a", "b"):
+    for job, rank in zip(("a", "b"), ranks, strict=True):
+        trainer = TrainerConfig(lr=1e-4, device=cfg.device, seed=cfg.seed, lora_rank=rank)
         slot.register(job, str(model), trainer, AlgoConfig(), 1.0, str(ckpts / job))
         if resident:
             slot.reserve(job, 1 << 45)
     return slot
 
 
-def _rounds(slot, cfg: SwitchBenchConfig, log) -> list:
+def _rounds(slot, cfg: SwitchBenchConfig, log, park: bool = True) -> list:
+    """Each job trains one step per round, the two taking turns; `park=False`: no trainer of
+    another form is kept between turns (each is built again from storage)."""
     records = []
     for r in range(cfg.rounds):
         for i, job in enumerate(("a", "b")):
+            if not park:
+                slot.parked.clear()
             sync_device(cfg.device)
             rec = slot.switch_in(job)
             sync_device(cfg.device)
@@ -97,6 +106,11 @@ def _rounds(slot, cfg: SwitchBenchConfig, log) -> list:
             slot.train(job, _samples(cfg.vocab, 2 * r + i))
             log(f"round {r} {job}: {rec.kind} in {rec.in_s:.3f} s, out {rec.out_s:.3f} s")
     return records
+
+
+def _median_switch(records: list) -> float:
+    """Median switch time, out and in, of `records`."""
+    return statistics.median(r.in_s + r.out_s for r in records)
 
 
 def run_bench(cfg: SwitchBenchConfig, log=lambda m: None) -> dict:
@@ -117,10 +131,16 @@ def run_bench(cfg: SwitchBenchConfig, log=lambda m: None) -> dict:
             torch.cuda.empty_cache()
         lora: dict = {}
         if cfg.lora_rank:
-            lora_slot = _slot(root / "model", root / "ckpt-lora", cfg, resident=True, lora_rank=cfg.lora_rank)
+            rank = cfg.lora_rank
+            lora_slot = _slot(root / "model", root / "ckpt-lora", cfg, resident=True, ranks=(rank, rank))
             lora_warm = [r for r in _rounds(lora_slot, cfg, log) if r.kind == "warm"]
-            lora = {"bytes": lora_slot.store.get("a").nbytes, "s": statistics.median(r.in_s + r.out_s for r in lora_warm)}
+            lora = {"bytes": lora_slot.store.get("a").nbytes, "s": _median_switch(lora_warm)}
             del lora_slot
+            forms = (rank, 2 * rank)
+            parked = _rounds(_slot(root / "model", root / "ckpt-forms", cfg, True, forms), cfg, log)
+            rebuilt = _rounds(_slot(root / "model", root / "ckpt-rebuilt", cfg, True, forms), cfg, log, park=False)
+            lora["forms"] = _median_switch([r for r in parked if r.kind == "warm"])
+            lora["rebuilt"] = _median_switch([r for r in rebuilt if r.kind == "rebuilt"])
 
         cold_slot = _slot(root / "model", root / "ckpt", cfg, resident=False)
         cold = [r for r in _rounds(cold_slot, cfg, log)[1:] if r.kind == "cold"]  # [0] also builds the trainer
@@ -133,7 +153,9 @@ def run_bench(cfg: SwitchBenchConfig, log=lambda m: None) -> dict:
     if lora:
         lora = {"lora_rank": cfg.lora_rank, "lora_state_mb_per_job": round(lora["bytes"] / 1e6, 3),
                 "lora_warm_switch_s": round(lora["s"], 4), "full_over_lora_warm": round(warm_s / lora["s"], 2),
-                "state_full_over_lora": round(state_bytes / lora["bytes"], 1)}
+                "state_full_over_lora": round(state_bytes / lora["bytes"], 1),
+                "lora_form_switch_s": round(lora["forms"], 4), "lora_form_rebuilt_s": round(lora["rebuilt"], 4),
+                "rebuilt_over_parked": round(lora["rebuilt"] / lora["forms"], 2)}
     return {
         "device": cfg.device, "gpu": gpu, "params_m": round(params / 1e6, 1),
         "state_mb_per_job": round(state_bytes / 1e6, 2), "weights_mb": round(on_device / 1e6, 2),

@@ -40,9 +40,9 @@ def architecture(model_path: str) -> dict:
 def estimated_state_bytes(model_path: str, cfg: Config) -> int:
     """fp32 weights + AdamW's two moments (+ a KL reference copy), from the safetensors header.
 
-    A LoRA job's resident state is its trained tensors and their moments only (the base stays
-    on the training node's device, `trainer_slot.py`): per targeted linear layer rank x (in +
-    out), plus the modules trained whole."""
+    A LoRA job's resident state is its trained tensors and their moments (per targeted linear
+    layer rank x (in + out), plus the modules trained whole), and its form's trainer while
+    parked in host memory (`trainer_slot.py`): its frozen base and the same again."""
     from safetensors import safe_open
 
     shapes: dict[str, list[int]] = {}
@@ -52,7 +52,10 @@ def estimated_state_bytes(model_path: str, cfg: Config) -> int:
                 shapes[k] = st.get_slice(k).get_shape()
     t = cfg.trainer
     if t.lora_rank:
-        return lora_trained_numel(shapes, t.lora_rank, t.lora_targets, t.lora_full_modules) * 4 * 3
+        trained = lora_trained_numel(shapes, t.lora_rank, t.lora_targets, t.lora_full_modules)
+        whole = sum(_prod(s) for k, s in shapes.items() if _trained_whole(k, t.lora_full_modules))
+        frozen = sum(_prod(s) for s in shapes.values()) - whole
+        return (2 * 3 * trained + frozen) * 4
     copies = 3 + (1 if cfg.algo.kl_coef > 0 else 0)
     return sum(_prod(shape) for shape in shapes.values()) * 4 * copies
 
@@ -62,11 +65,25 @@ def lora_trained_numel(shapes: Mapping[str, list[int]], rank: int, targets: list
     numel = 0
     for key, shape in shapes.items():
         parts = key.split(".")
-        if any(p in full for p in parts[:-1]):
+        if _trained_whole(key, full):
             numel += _prod(shape)
         elif parts[-1] == "weight" and len(parts) > 1 and parts[-2] in targets and len(shape) == 2:
             numel += rank * (shape[0] + shape[1])
     return numel
+
+
+def _trained_whole(key: str, full: list[str]) -> bool:
+    """Is tensor `key` in a module LoRA trains whole (`trainer.lora_full_modules`)?"""
+    return any(p in full for p in key.split(".")[:-1])
+
+
+def placement_form(cfg: Config) -> str:
+    """The job's form as the placement keeps forms apart (`JobProfile.form`): "lora" or "full".
+
+    LoRA jobs of any base and shape share a training node (each form's trainer parks in host
+    memory, `trainer_slot.py`); a full job after a LoRA one needs its trainer rebuilt from
+    storage, a cold start the SLO check does not price, so the two kinds never share."""
+    return "lora" if cfg.trainer.lora_rank else "full"
 
 
 def _prod(shape: list[int]) -> int:
@@ -102,7 +119,7 @@ def refusal(cfg: Config, model_path: str, pool_model_path: str, m: MuxConfig) ->
 
 
 def job_profile(name: str, prof: Mapping[str, float], slo: float, form: str) -> JobProfile:
-    """A probed job as the policy sees it; `form`: its trainer form (`lora.form_of`)."""
+    """A probed job as the policy sees it; `form`: its kind of trainer (`placement_form`)."""
     return JobProfile(name, "measured", "-", n_rollout=1, n_train=1, roll_s=prof["roll_s"],
                       train_s=prof["train_s"], sync_s=prof["sync_s"], local_sync_s=prof["sync_s"],
                       train_mem_gb=prof["state_bytes"] / GB, rollout_mem_gb=prof["weights_bytes"] / GB, slo=slo,

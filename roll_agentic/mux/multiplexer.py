@@ -46,7 +46,6 @@ from roll_agentic.mux.profile import PhaseKind, Pool
 from roll_agentic.mux.rollback_mark import checkpoint_step
 from roll_agentic.mux.trainer_slot import TrainerSlot
 from roll_agentic.train.checkpoint import latest_checkpoint
-from roll_agentic.train.lora import form_of
 
 ACTOR_NAME = "roll-agentic-mux"
 NAMESPACE = "roll-agentic"
@@ -243,7 +242,7 @@ class Multiplexer:
                 rec.reason = (f"job state {prof['state_bytes']} B exceeds the residency budget of "
                               f"{self.m.residency_budget_bytes} B per training node")
                 return
-            profile = admission.job_profile(rec.name, prof, rec.slo, form_of(model_path, cfg.trainer))
+            profile = admission.job_profile(rec.name, prof, rec.slo, admission.placement_form(cfg))
             rec.state = JobState.QUEUED
             async with self._changed:
                 self.desk.add(profile)

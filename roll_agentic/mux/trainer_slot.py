@@ -19,11 +19,14 @@ LoRA jobs (`trainer.lora_rank` > 0): the frozen base stays on the device and
 only the trained tensors (adapters, modules trained whole) and their moments
 are resident in host memory and copied on a switch: a few percent of a full
 job's bytes. That holds between jobs of one *form* (`trainer_form`: the same
-base and adapter shapes), and the placement keeps jobs of other forms off
-the node (`JobProfile.form`). A job of another form that comes after (the
-node's jobs left) gets a trainer built for it from its model path first,
-then its state as above (reported as "rebuilt" when that state came from
-host memory).
+base and adapter shapes). A LoRA trainer of another form is parked in host
+memory while the node serves other forms (its frozen base with it) and comes
+back on the device when a job of its form switches in: warm, no storage read
+(admission counts that base in each LoRA job's resident bytes). A form met
+for the first time, or a full fine-tune after a LoRA job, gets a trainer
+built from its model path (reported as "rebuilt" when the job's state came
+from host memory); the placement keeps full and LoRA jobs apart
+(`admission.placement_form`).
 """
 
 from __future__ import annotations
@@ -104,6 +107,8 @@ class TrainerSlot:
         self.jobs: dict[str, SlotJob] = {}
         self.trainer: PolicyTrainer | None = None
         self.form = ""  # trainer_form of the job the trainer was built for
+        # LoRA trainers of forms not in use, by form: their tensors in host memory (`_park`).
+        self.parked: dict[str, PolicyTrainer] = {}
         self.active: str | None = None
         self._lay: DeviceLayout | None = None
 
@@ -122,6 +127,9 @@ class TrainerSlot:
         self.jobs.pop(job, None)
         if self.active == job:
             self.active = None
+        live = {trainer_form(spec) for spec in self.jobs.values()}
+        for form in [f for f in self.parked if f not in live]:  # no job of its form left
+            del self.parked[form]
 
     def drop_state(self, job: str) -> None:
         """Forgets the job's device and host copies (keeps its registration and reservation):
@@ -204,6 +212,23 @@ class TrainerSlot:
         tr.optimizer = torch.optim.AdamW(tr.trainable(), lr=spec.trainer.lr, weight_decay=spec.trainer.weight_decay)
         tr.load_state(trainer_state, weights)
 
+    def _park(self) -> None:
+        """The device trainer steps aside: a LoRA one is kept, its tensors in host memory, for
+        its form's next job (a full one is let go: every full job's state is whole in host
+        memory, and keeping its model too would hold the model twice)."""
+        tr = self.trainer
+        if tr is not None and tr.lora:
+            _move(tr, torch.device("cpu"))
+            self.parked[self.form] = tr
+        self.trainer, self._lay = None, None
+
+    def _unpark(self, form: str) -> None:
+        """A parked trainer of `form` back on the device, if there is one."""
+        tr = self.parked.pop(form, None)
+        if tr is not None:
+            _move(tr, tr.device)
+            self.trainer, self.form = tr, form
+
     def _build(self, job: str) -> PolicyTrainer:
         """A device trainer built for the job from its model path (its initial weights)."""
         spec = self.jobs[job]
@@ -221,9 +246,13 @@ class TrainerSlot:
         spec = self.jobs[job]
         t0 = time.perf_counter()
         host = self.store.get(job)
-        rebuilt = self.trainer is not None and self.form != trainer_form(spec)
-        if rebuilt:
-            self.trainer = None  # built for a job of another form: one of this job's is built below
+        form = trainer_form(spec)
+        rebuilt = False
+        if self.trainer is None or self.form != form:
+            had = self.trainer is not None
+            self._park()
+            self._unpark(form)
+            rebuilt = had and self.trainer is None  # none of its form kept: one is built below
         if host is not None:
             if self.trainer is None:
                 self._build(job)
@@ -269,8 +298,12 @@ class TrainerSlot:
         """(trainer state, engine weights) in bytes: what residency has to hold for the job."""
         tr = self._active(job)
         weights = tree_bytes(tr.engine_state_dict())
-        if tr.lora:  # the trained tensors and their moments: the base stays on the device
-            return tree_bytes(tr.state()), weights
+        if tr.lora:
+            # Its trained tensors and their moments, and its form's trainer while parked (`_park`):
+            # the frozen base and the same again. Jobs of one form share that trainer: counted
+            # for each, an upper bound.
+            frozen = sum(p.numel() * p.element_size() for p in tr.model.parameters() if not p.requires_grad)
+            return 2 * tree_bytes(tr.state()) + frozen, weights
         ref = sum(p.numel() * p.element_size() for p in tr.ref_model.parameters()) if tr.ref_model else 0
         return weights + tree_bytes(tr.state()) + ref, weights
 
@@ -295,3 +328,14 @@ class TrainerSlot:
 
     def ping(self) -> bool:
         return True
+
+
+def _move(tr: PolicyTrainer, device: torch.device) -> None:
+    """A trainer's model and optimizer moments onto `device` (nothing moves on a CPU trainer)."""
+    if next(tr.model.parameters()).device == device:
+        return
+    tr.model.to(device)
+    for state in tr.optimizer.state.values():
+        for key, value in state.items():
+            if torch.is_tensor(value) and value.dim() > 0:  # AdamW keeps its step count on the CPU
+                state[key] = value.to(device)

@@ -180,8 +180,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=0,
         metavar="K",
         help="spread a generated trace's jobs over K base models per model size, each a trainer "
-        "form: jobs of different forms never share a group (a switch between them would reload the "
-        "trainer from storage): what serving several bases costs. Default 0: one form",
+        "form, and keep jobs of different forms out of each other's groups: what LoRA jobs of "
+        "several bases would cost if a switch between bases reloaded the trainer from storage "
+        "(the multiplexer parks each base in host memory instead). Default 0: one form",
     )
     p.add_argument("--save-trace", metavar="FILE", help="write the trace used to FILE as JSON")
     p.add_argument("--plot", metavar="DIR", help="write PNGs to DIR: a Gantt chart of phases per node per policy (the first 12 h), "

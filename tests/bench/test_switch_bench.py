@@ -25,6 +25,8 @@ def test_a_small_model_switches_warm_then_cold():
     # Two LoRA jobs switched warm: only their adapters and moments are resident.
     assert out["lora_rank"] == 16 and 0 < out["lora_state_mb_per_job"] < out["state_mb_per_job"]
     assert out["lora_warm_switch_s"] > 0 and out["state_full_over_lora"] > 1
+    # Two LoRA forms: each switch found the other's trainer parked, or (not kept) rebuilt it.
+    assert out["lora_form_switch_s"] > 0 and out["lora_form_rebuilt_s"] > 0 and out["rebuilt_over_parked"] > 0
 
 
 def test_no_lora_rounds_at_rank_0():

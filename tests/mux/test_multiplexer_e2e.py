@@ -250,16 +250,17 @@ def test_a_stopped_multiplexer_checkpoints_every_job_and_a_resumed_one_goes_on(r
     step: each step logged once, sampled on the job's own weights. Before, the steps since
     the last `save_every` were lost and a job could not be continued at all.
 
-    Both train LoRA adapters of one form (`lora.form_of`: jobs of different forms never share a
-    training node): a resident copy is its adapters only, so a save from host memory merges them
-    into the job's base (read from its model path) and a resume loads them back."""
+    Both train LoRA adapters, of two forms (ranks): a resident copy is its adapters only, so a
+    save from host memory merges them into the job's base (read from its model path) and a
+    resume loads them back; each form's trainer waits in host memory while the other trains."""
     total = 10
     cfg, _ = _job("a", total)
     m = MuxConfig(name="s", residency_budget_bytes=admission.estimated_state_bytes(tiny_model_path, cfg) * 4,
                   profile_margin=1.0, slo_headroom=0.0, warm_switch_s=0.0, phase_timeout_s=120.0)
     lora = ("trainer.lora_rank=4", "trainer.lora_full_modules=[embed_tokens]")
+    lora2 = ("trainer.lora_rank=2", "trainer.lora_full_modules=[embed_tokens]")
     jobs = [_job(name, total, f"trainer.seed={seed}", "trainer.save_every=100", *extra)
-            for name, seed, extra in (("a", 1, lora), ("b", 2, lora))]
+            for name, seed, extra in (("a", 1, lora), ("b", 2, lora2))]
     mux = multiplexer_actor().remote(m, str(tmp_path), tiny_model_path)
     ray.get(mux.start.remote())
     for job_cfg, spec in jobs:

@@ -47,17 +47,16 @@ def test_a_job_that_does_not_fit_waits_with_a_reason_and_does_not_hold_up_the_ot
 
 
 def test_jobs_of_another_trainer_form_never_share_a_training_node_and_say_why_they_wait():
-    """A LoRA job's resident state is its adapters: it switches warm only into a trainer built on
-    its own base and adapter shape. Another form on the node would rebuild the trainer from
-    storage at every switch, which the SLO check does not price: such a job gets a node of its
-    own or waits for one, the form named in its reason. Jobs of one form pair as usual."""
-    lora = "lora r=8 alpha=32 on q_proj,v_proj of /models/base"
+    """A full job after a LoRA one needs its trainer rebuilt from storage, at every switch, which
+    the SLO check does not price (`admission.placement_form`): such a job gets a node of its own
+    or waits for one, the form named in its reason. Jobs of one form pair as usual."""
+    lora = "lora"
     d = desk()
     d.add(replace(prof("a", 0.72), form=lora))
     d.add(replace(prof("b", 0.28), form="full"))
     admitted, reasons = d.place_waiting(["r0", "r1"], ["t0"])
     assert [a.name for a in admitted] == ["a"]
-    assert "another trainer form (lora r=8" in reasons["b"] and "this job: full" in reasons["b"]
+    assert "another trainer form (lora, this job: full)" in reasons["b"]
     d.add(replace(prof("c", 0.28), form=lora))  # a's form: it packs into a's group
     admitted, reasons = d.place_waiting(["r1"], [])
     assert [a.name for a in admitted] == ["c"] and list(d.waiting) == ["b"]
