@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from roll_agentic.arg_types import positive
@@ -17,6 +16,7 @@ the yaml names the pools and the jobs (see conf/mux/two_tiny.yaml):
   roll-agentic mux run conf/mux/two_tiny.yaml --serve     # stay up for `mux submit`
   roll-agentic mux run conf/mux/two_tiny.yaml --resume    # go on from the newest run's checkpoints
   roll-agentic mux run conf/mux/two_tiny.yaml trainer.lora_rank=8   # overrides for every job (LoRA here)
+  roll-agentic mux run conf/mux/two_tiny.yaml roll_heavy:trainer.lora_rank=8   # for one job
 Ctrl-C or SIGTERM stops every job with its newest step checkpointed; --resume goes on from there.
 `mux run` stays in the foreground: the multiplexer actor lives as long as it does.
 Output: <output_dir>/<name>-<time>/ with mux_summary.json, mux_gantt.png and jobs/<job>/."""
@@ -33,7 +33,13 @@ def _load_jobs(path: str):
 def _cmd_run(args: argparse.Namespace) -> int:
     from roll_agentic.config import ConfigError
     from roll_agentic.mux.mux_config import load_mux_config
-    from roll_agentic.mux.session import compose_job, run_overrides, run_session, run_to_resume
+    from roll_agentic.mux.session import (
+        compose_job,
+        run_overrides,
+        run_session,
+        run_to_resume,
+        with_overrides,
+    )
     from roll_agentic.train.termination import EXIT_CODE as TERMINATED_EXIT_CODE
     from roll_agentic.train.termination import Terminated
 
@@ -48,9 +54,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         overrides = list(args.overrides)
         if run is not None and not overrides and run_overrides(run):
             overrides = run_overrides(run)  # a LoRA run's jobs must go on as LoRA jobs, etc.
-            print(f"resuming with the run's overrides for every job: {' '.join(overrides)}", file=sys.stderr)
-        if overrides:  # after each job's own: the command line wins, as for `roll-agentic train`
-            m.jobs = [replace(s, overrides=[*s.overrides, *overrides]) for s in m.jobs]
+            print(f"resuming with the run's overrides: {' '.join(overrides)}", file=sys.stderr)
+        m.jobs = with_overrides(m.jobs, overrides)
         jobs = [(s, compose_job(s)) for s in m.jobs]
         run_name = run.name if run is not None else args.run_name
     except (ConfigError, FileNotFoundError) as err:
@@ -182,8 +187,8 @@ def add_parser(subparsers) -> None:
                        epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("config", help="conf/mux/<name>.yaml")
     r.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="hydra overrides added to every job's own, e.g. trainer.lora_rank=8 "
-                        "(a --resume takes the run's again unless others are given)")
+                   help="hydra overrides added to every job's own, e.g. trainer.lora_rank=8, or to one "
+                        "job's with JOB:KEY=VALUE (a --resume takes the run's again unless others are given)")
     r.add_argument("--no-solo", action="store_true", help="skip the solo baseline (slowdowns are then taken against each job's profiled solo iteration)")
     r.add_argument("--serve", action="store_true", help="stay up after the listed jobs, for `mux submit` (Ctrl-C stops every job, checkpointed)")
     r.add_argument("--status-every", type=positive, default=15.0, help="seconds between status prints")

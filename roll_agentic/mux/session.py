@@ -18,6 +18,7 @@ import json
 import os
 import socket
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import ray
@@ -96,6 +97,26 @@ RUN_RECORD = "mux_run.json"  # in each run directory: which yaml's run it is (`r
 def _run_of(path: Path) -> str | None:
     """The `name` of the mux yaml whose run `path` is; None if it is none."""
     return _run_record(path).get("name")
+
+
+def with_overrides(jobs: list[JobSpec], overrides: list[str]) -> list[JobSpec]:
+    """`jobs` with the command line's overrides after each one's own (the command line wins,
+    as for `roll-agentic train`): `KEY=VALUE` for every job, `JOB:KEY=VALUE` for job JOB only.
+
+    ConfigError for a `JOB:` that names no job (a typo would otherwise apply to none)."""
+    from roll_agentic.config import ConfigError
+
+    names = [s.name for s in jobs]
+    mine: dict[str, list[str]] = {n: [] for n in names}
+    for o in overrides:
+        key = o.split("=", 1)[0]
+        job, colon, rest = o.partition(":") if ":" in key else ("", "", o)
+        if colon and job not in mine:
+            raise ConfigError(f"{o}: no job named {job!r} (jobs: {', '.join(names)}); "
+                              "JOB:KEY=VALUE sets KEY for job JOB only")
+        for n in [job] if colon else names:
+            mine[n].append(rest)
+    return [replace(s, overrides=[*s.overrides, *mine[s.name]]) for s in jobs]
 
 
 def run_overrides(path: Path) -> list[str]:

@@ -54,3 +54,17 @@ def test_a_resume_takes_the_runs_overrides_again(monkeypatch, tmp_path, capsys):
     # Others given on the command line win.
     assert main(["mux", "run", str(path), "--resume", "trainer.lora_rank=4"]) == 0
     assert all(cfg.trainer.lora_rank == 4 for _, cfg in seen["jobs"])
+
+
+def test_an_override_for_one_job_reaches_that_job_only_and_a_typo_is_refused(monkeypatch, capsys):
+    """`JOB:KEY=VALUE`: LoRA jobs of two ranks (two trainer forms) from the shipped yaml."""
+    seen = {}
+    monkeypatch.setattr("roll_agentic.mux.session.run_session", lambda m, jobs, **kw: seen.update(jobs=jobs))
+    argv = ["mux", "run", "conf/mux/two_tiny.yaml", "trainer.lora_rank=4", "roll_heavy:trainer.lora_rank=8",
+            "train_heavy:trainer.lr=3e-2", "--no-solo"]
+    assert main(argv) == 0
+    cfg = {s.name: c for s, c in seen["jobs"]}
+    assert (cfg["roll_heavy"].trainer.lora_rank, cfg["train_heavy"].trainer.lora_rank) == (8, 4)
+    assert (cfg["roll_heavy"].trainer.lr, cfg["train_heavy"].trainer.lr) == (1e-2, 3e-2)
+    assert main(["mux", "run", "conf/mux/two_tiny.yaml", "roll_hevy:trainer.lora_rank=8"]) == 2
+    assert "no job named 'roll_hevy' (jobs: roll_heavy, train_heavy)" in capsys.readouterr().err
