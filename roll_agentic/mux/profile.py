@@ -132,9 +132,10 @@ class JobProfile:
     # With migration: the share of a rollout phase for which its nodes are
     # held whole, stragglers' GPUs counted pro rata (`migration.tail_hold`).
     tail_hold: float = 1.0
-    # The trainer form its state needs (`lora.form_of`: "full", or a LoRA shape on a base); ""
-    # for any. A switch between forms rebuilds the trainer from storage, a cold start the SLO
-    # check does not price, so jobs of different forms never join one group (`group.other_form`).
+    # The kind of trainer its state needs ("" for any): the multiplexer's "full" or "lora"
+    # (`admission.placement_form`), a trace's any text. A switch between forms would rebuild
+    # the trainer from storage, a cold start the SLO check does not price, so jobs of
+    # different forms never join one group (`group.other_form`).
     form: str = ""
 
     @property

@@ -120,7 +120,7 @@ def with_overrides(jobs: list[JobSpec], overrides: list[str]) -> list[JobSpec]:
 
 
 def run_overrides(path: Path) -> list[str]:
-    """The KEY=VALUE overrides `mux run` gave every job of run `path` (a resume takes them again)."""
+    """The overrides `mux run` was given for run `path` (a resume takes them again)."""
     got = _run_record(path).get("overrides")
     return [str(o) for o in got] if isinstance(got, list) else []
 
