@@ -113,7 +113,8 @@ def refusal(cfg: Config, model_path: str, pool_model_path: str, m: MuxConfig) ->
                 f"{architecture(pool_model_path)}: the shared engines load weights, not models")
     need = estimated_state_bytes(model_path, cfg)
     if need > m.residency_budget_bytes:
-        return (f"job state ~{need} B (fp32 weights + Adam moments) exceeds the residency budget of "
+        what = "its adapters, their moments and its base" if cfg.trainer.lora_rank else "fp32 weights + Adam moments"
+        return (f"job state ~{need} B ({what}) exceeds the residency budget of "
                 f"{m.residency_budget_bytes} B per training node")
     return ""
 
