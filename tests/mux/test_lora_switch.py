@@ -10,7 +10,7 @@ import torch
 
 from roll_agentic.config import AlgoConfig, Config, TrainerConfig
 from roll_agentic.mux import admission
-from roll_agentic.mux.trainer_slot import TrainerSlot, base_weights
+from roll_agentic.mux.trainer_slot import TrainerSlot, base_weights, trainer_form
 from roll_agentic.train.checkpoint import latest_checkpoint
 from roll_agentic.train.lora import adapter_state, merge_adapters
 from tests.mux.samples import assert_same_state, random_samples, trainer_state
@@ -110,8 +110,6 @@ def test_lora_trainers_of_other_forms_park_in_host_memory_and_come_back_warm(tin
 
 
 def _form(slot: TrainerSlot, job: str) -> str:
-    from roll_agentic.mux.trainer_slot import trainer_form
-
     return trainer_form(slot.jobs[job])
 
 
