@@ -16,12 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from roll_agentic.mux.pace_lock import slowest_linked
 from roll_agentic.mux.profile import JobProfile
 from roll_agentic.mux.round_robin import MemberPlan
 from roll_agentic.mux.slo_bound import feasible_floors, training_loads
 from roll_agentic.mux.slo_check import group_headroom
+
+if TYPE_CHECKING:
+    from roll_agentic.mux.group_view import GroupView
 
 
 @dataclass
@@ -130,3 +134,17 @@ class FloorBase:
         if floors[n] > budget_new:
             return None
         return floors
+
+
+def view_floor_base(view: GroupView, profiles: list[JobProfile], headroom: float, switch_s: float) -> FloorBase:
+    """The view's members' share of its candidates' SLO bounds, kept on the view while its
+    plans, members, headroom and switch cost stand; `profiles`: theirs, the newcomer last."""
+    members = profiles[:-1]
+    kept = view.floor_base
+    if kept:
+        base = kept[0]
+        if base.headroom == headroom and base.switch_s == switch_s and base.matches(view.plans, members):
+            return base
+    base = FloorBase.of(view.plans, members, headroom, switch_s)
+    view.floor_base[:] = [base]
+    return base

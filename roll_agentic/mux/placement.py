@@ -47,7 +47,7 @@ from typing import cast
 from roll_agentic.mux.batch import SEED_ORDERS, BatchStep, PlaceFn, build_plan, search_batch
 from roll_agentic.mux.candidate_rank import Options, Ranked, RankRules, rank_candidates
 from roll_agentic.mux.candidates import new_group_placement, rollout_options
-from roll_agentic.mux.floor_base import FloorBase
+from roll_agentic.mux.floor_base import view_floor_base
 from roll_agentic.mux.group import (
     CandidateKind,
     Group,
@@ -453,7 +453,7 @@ class RollMuxPolicy(RoundRobinPhases):
             # Only with FIFO rollout nodes, where the run is slow and the
             # screens above, which assume turn-locked paces, miss most refusals.
             if screen and fifo:
-                floors = _floor_base(view, profiles, self.headroom, switch).feasible_floors(plan, job)
+                floors = view_floor_base(view, profiles, self.headroom, switch).feasible_floors(plan, job)
                 if floors is None:
                     continue
                 # Its progress at those floors is the most it could make: if
@@ -488,16 +488,3 @@ class RollMuxPolicy(RoundRobinPhases):
             self._joined[best.group_id] = joined
         return best, best_score if best is not fallback else fallback_score
 
-
-def _floor_base(view: GroupView, profiles: list[JobProfile], headroom: float, switch_s: float) -> FloorBase:
-    """The view's members' share of its candidates' SLO bounds (`floor_base.py`);
-    `profiles`: theirs, the newcomer last."""
-    members = profiles[:-1]
-    kept = view.floor_base
-    if kept:
-        base = kept[0]
-        if base.headroom == headroom and base.switch_s == switch_s and base.matches(view.plans, members):
-            return base
-    base = FloorBase.of(view.plans, members, headroom, switch_s)
-    view.floor_base[:] = [base]
-    return base
