@@ -34,7 +34,7 @@ class TaskConfig:
     max_turns: int = 8  # an episode is truncated after this many agent turns
     reward: str = "env_return"  # module whose `reward(summary)` scores it: in rewards/, or my_pkg.mod
     group_size: int = 8  # GRPO: trajectories of the same task and seed
-    weight: float = 1.0  # share of the groups of each step
+    weight: float = 1.0  # share of the groups of each step (async: rollout/step_mix.py)
     prompt_template: str = ""  # "" = the observation alone; else text around {observation}
     # reward lost to unparseable replies: the shaped rewards take it as a share of turns, in [0, 1];
     # env_return as the env's reward units per reply, so it must outweigh the env's cost of a step

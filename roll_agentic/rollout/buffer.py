@@ -46,6 +46,7 @@ import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
+from roll_agentic.rollout.step_mix import StepMix
 from roll_agentic.rollout.trajectory import Ticket, Trajectory
 
 # With drop_no_signal: groups of equal rewards dropped per step, as a multiple of groups_per_step.
@@ -113,6 +114,7 @@ class TrajectoryBuffer:
         self.state = BufferState()
         self.counters = BufferCounters()
         self._credit = {t.name: 0.0 for t in tasks}
+        self._mix = StepMix(tasks)  # each step's batch in the tasks' shares (step_mix.py)
         self._requeued: deque[Ticket] = deque()
         self._open: dict[str, list[Trajectory]] = {}
         self._tickets: dict[str, Ticket] = {}
@@ -346,14 +348,26 @@ class TrajectoryBuffer:
             while True:
                 self._raise_if_failing()
                 self._drop_stale(version)
-                if len(self._ready) >= num_groups or self._stopped:
+                if self._stopped:
+                    batch = [self._ready.popleft() for _ in range(min(num_groups, len(self._ready)))]
+                    break
+                batch = self._mix.take(self._ready, num_groups, self._on_the_way)
+                if batch is not None:
                     break
                 self._cond.notify_all()  # dropped groups opened quota for new tickets
                 await self._cond.wait()
-            batch = [self._ready.popleft() for _ in range(min(num_groups, len(self._ready)))]
             self.counters.trajectories_trained += sum(len(g) for g in batch)
             self._taken += batch
             return batch
+
+    def _on_the_way(self, task: str) -> bool:
+        """May a group of `task` still finish before the next step opens?
+
+        An open ticket that is not held for a later step will, and so will a
+        re-issued one while the staleness bound lets tickets out."""
+        if any(t.task == task and t.opens_at_step <= self.state.steps_taken for t in self._tickets.values()):
+            return True
+        return self._quota() > 0 and any(t.task == task for t in self._requeued)
 
     async def advance(self, version: int) -> None:
         """The trainer took a step and now serves `version`: open the next step's tickets."""
@@ -384,7 +398,7 @@ class TrajectoryBuffer:
         counters["trajectories_trained"] -= sum(len(g) for g in taken)
         return {"version": self.state.version, "steps_taken": self.state.steps_taken,
                 "next_group": self.state.next_group, "rng_state": self.rng.getstate(),
-                "credit": dict(self._credit), "counters": counters, "failures": dict(self.failures),
+                "credit": dict(self._credit), "batch_credit": dict(self._mix.credit), "counters": counters, "failures": dict(self.failures),
                 "requeued": [{"task": t.task, "seed": t.seed, "group_size": t.group_size} for t in pending]}
 
     def import_state(self, state: dict) -> None:
@@ -395,6 +409,7 @@ class TrajectoryBuffer:
         rng_state = state["rng_state"]
         self.rng.setstate((rng_state[0], tuple(rng_state[1]), rng_state[2]))
         self._credit.update(state.get("credit", {}))
+        self._mix.credit.update({k: v for k, v in state.get("batch_credit", {}).items() if k in self._mix.credit})
         # The run's totals go on from where they were (before, `buffer/*` restarted at 0 on resume).
         self.counters = BufferCounters(**state.get("counters", {}))
         self.failures = dict(state.get("failures", {}))

@@ -37,7 +37,7 @@ class ProgressDisplay:
         t.add_column("value", justify="right")
         for task in self.tasks:
             v = m.get(f"reward/{task}/mean")
-            t.add_row(f"reward {task}", "-" if v is None else f"{v:.3f}")
+            t.add_row(f"reward {task}", _num(v))
         for task, v in self.last_eval.items():
             t.add_row(f"eval {task} (step {self.last_eval_step})", f"{v:.3f}")
         for key, label in [("rollout/tokens_per_s", "tokens/s"), ("rollout/in_flight", "trajectories in flight"),
@@ -56,7 +56,7 @@ class ProgressDisplay:
         if self.live is not None:
             self.live.update(self._table(metrics))
         else:
-            rewards = " ".join(f"{t}={metrics.get(f'reward/{t}/mean', float('nan')):.3f}" for t in self.tasks)
+            rewards = " ".join(f"{t}={_num(metrics.get(f'reward/{t}/mean'))}" for t in self.tasks)
             if evaluated:
                 rewards += "  eval " + " ".join(f"{t}={v:.3f}" for t, v in evaluated.items())
             print(f"step {int(metrics['step'])}/{self.total}  reward {rewards}  "
@@ -65,6 +65,11 @@ class ProgressDisplay:
                   f"staleness {metrics.get('rollout/staleness_mean', 0):.2f}  "
                   f"step {metrics.get('time/step_s', 0):.1f}s"
                   + "".join(f"  | {p}: {pool_summary(metrics, p)}" for p in pools_in(metrics)), flush=True)
+
+
+def _num(v: float | None) -> str:
+    """A step's figure, or "-" where the step has none (a task without a group in it)."""
+    return "-" if v is None else f"{v:.3f}"
 
 
 def pools_in(m: dict) -> list[str]:
