@@ -35,7 +35,9 @@ def rollout_metrics(groups: list[list[Trajectory]], version: int, engine_stats: 
         m[f"rollout/{task}/invalid_frac"] = statistics.fmean(t.num_invalid / max(1, t.num_turns) for t in ts)
         # GRPO's health: a group whose rewards are all equal has advantage 0 and teaches
         # nothing. Near 1 for long, a task is stuck (every member fails, or all succeed alike).
-        m[f"reward/{task}/no_signal_groups"] = no_signal_share([g for g in groups if g and g[0].task == task])
+        task_groups = [g for g in groups if g and g[0].task == task]
+        m[f"reward/{task}/no_signal_groups"] = no_signal_share(task_groups)
+        m[f"batch/{task}/groups"] = float(len(task_groups))  # the step's task mix (rollout/step_mix.py)
     if groups:
         m["reward/no_signal_groups"] = no_signal_share(groups)
     # max(0, ...): an engine restarted by Ray counts from 0 again, which is no negative rate.

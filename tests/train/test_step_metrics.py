@@ -21,6 +21,7 @@ def test_groups_of_equal_rewards_are_counted_per_task_and_overall():
     assert m["reward/lake/no_signal_groups"] == pytest.approx(0.5)
     assert m["reward/guess/no_signal_groups"] == pytest.approx(1.0)
     assert m["reward/no_signal_groups"] == pytest.approx(0.75)
+    assert (m["batch/lake/groups"], m["batch/guess/groups"]) == (2.0, 2.0)  # the step's task mix
 
 
 def test_no_groups_no_signal_share():
