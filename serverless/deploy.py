@@ -158,6 +158,8 @@ def spec_for(path: Path, name: str | None = None, prefix: str = "roll-agentic-",
     zip_bytes = zip_path(path)
     if path.is_dir():
         _check_handler_module(path, handler, zip_bytes)
+    elif handler.rpartition(".")[0] == stem:
+        _check_handler_defined(path, handler.rpartition(".")[2])
     return DeploySpec(
         name=name or f"{prefix}{stem}",
         zip_bytes=zip_bytes,
@@ -168,6 +170,27 @@ def spec_for(path: Path, name: str | None = None, prefix: str = "roll-agentic-",
         timeout_s=timeout_s if timeout_s is not None else settings.get("LAMBDA_TIMEOUT_S", 30),
         missing_on_lambda=missing_on_lambda(path),
     )
+
+
+def _check_handler_defined(path: Path, function: str) -> None:
+    """Refuses a file that binds no top-level `function`: deployed anyway, every invoke failed
+    with Runtime.HandlerNotFound (training refused the same module before it started)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (SyntaxError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid Python: {err}") from None
+    bound = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+    if function not in bound:
+        raise ValueError(f"{path.name} has no function {function}(event, context), which the Lambda runtime "
+                         f"calls: add `def {function}(event, context): return {{\"reward\": reward(event)}}`")
 
 
 def _check_handler_module(folder: Path, handler: str, zip_bytes: bytes) -> None:

@@ -159,7 +159,7 @@ def test_mux_commands_when_the_multiplexer_dies_while_answering_are_one_line(mon
     monkeypatch.setattr(session, "connect", lambda path: Handle())
     monkeypatch.setattr(ray, "get", died)
     job = tmp_path / "job.yaml"
-    job.write_text("name: j\noverrides: []\n")
+    job.write_text("name: j\noverrides: [algo=sync]\n")  # a job the multiplexer can run
     for cmd in (["status"], ["cancel", "j"], ["submit", str(job)]):
         assert main(["mux", *cmd, "--address-file", str(tmp_path / "current.json")]) == 1
         err = capsys.readouterr().err.strip().splitlines()

@@ -93,8 +93,9 @@ def _prod(shape: list[int]) -> int:
     return out
 
 
-def refusal(cfg: Config, model_path: str, pool_model_path: str, m: MuxConfig) -> str:
-    """Why the job can never run on this multiplexer; "" if it can."""
+def config_refusal(cfg: Config) -> str:
+    """What refuses the job from its config alone: `mux run` and `mux submit` say it before
+    anything starts, instead of a status line while the other jobs run."""
     if cfg.algo.alpha != 0:
         return ("algo.alpha must be 0 (algo=sync): phases are synchronous, a job's rollout uses exactly the "
                 "weights its last train phase wrote, and no ticket may stay open across another job's phase")
@@ -105,6 +106,14 @@ def refusal(cfg: Config, model_path: str, pool_model_path: str, m: MuxConfig) ->
                 "`roll-agentic train` instead")
     if cfg.trainer.num_workers != 1 or cfg.trainer.resources:
         return "trainer.num_workers must be 1: a training node here is one trainer process"
+    return ""
+
+
+def refusal(cfg: Config, model_path: str, pool_model_path: str, m: MuxConfig) -> str:
+    """Why the job can never run on this multiplexer; "" if it can."""
+    problem = config_refusal(cfg)
+    if problem:
+        return problem
     problem = task_problem(cfg.tasks, cfg.reward.mode, cfg.rollout.env_step_timeout_s)
     if problem:
         return problem

@@ -24,17 +24,40 @@ Output: <output_dir>/<name>-<time>/ with mux_summary.json, mux_gantt.png and job
 
 def _load_jobs(path: str):
     from roll_agentic.mux.mux_config import parse_jobs, read_yaml
-    from roll_agentic.mux.session import compose_job
 
     specs = parse_jobs(read_yaml(path) or {}, where=f"{path}: job")
-    return [(s, compose_job(s)) for s in specs]
+    return composed(specs)
+
+
+def composed(specs):
+    """Each job's spec and config, none refused by its config alone: else a ConfigError that
+    names the job (before, a refused job showed only in a status line while the others ran)."""
+    from roll_agentic.config import ConfigError
+    from roll_agentic.mux.admission import config_refusal
+    from roll_agentic.mux.session import compose_job
+
+    jobs = []
+    for spec in specs:
+        try:
+            cfg = compose_job(spec)
+        except ConfigError as err:
+            raise ConfigError(f"job {spec.name}: {err}") from None
+        why = config_refusal(cfg)
+        if why:
+            raise ConfigError(f"job {spec.name}: {why}")
+        jobs.append((spec, cfg))
+    return jobs
+
+
+def failed_jobs(summary: dict) -> list[str]:
+    """Jobs that ended refused or failed: `mux run` then exits 1, so a script can tell."""
+    return [f"{n} ({s})" for n, s in summary.get("job_state", {}).items() if s in ("refused", "failed")]
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from roll_agentic.config import ConfigError
     from roll_agentic.mux.mux_config import load_mux_config
     from roll_agentic.mux.session import (
-        compose_job,
         run_overrides,
         run_session,
         run_to_resume,
@@ -56,13 +79,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
             overrides = run_overrides(run)  # a LoRA run's jobs must go on as LoRA jobs, etc.
             print(f"resuming with the run's overrides: {' '.join(overrides)}", file=sys.stderr)
         m.jobs = with_overrides(m.jobs, overrides)
-        jobs = [(s, compose_job(s)) for s in m.jobs]
+        jobs = composed(m.jobs)
         run_name = run.name if run is not None else args.run_name
     except (ConfigError, FileNotFoundError) as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
     try:
-        run_session(m, jobs, solo_baseline=not args.no_solo, serve=args.serve, status_every_s=args.status_every,
+        ran = run_session(m, jobs, solo_baseline=not args.no_solo, serve=args.serve, status_every_s=args.status_every,
                     quiet=args.quiet, run_name=run_name, resume=bool(args.resume), config_path=args.config,
                     overrides=tuple(overrides))
     except Terminated:  # a job scheduler's SIGTERM: the same clean-up as Ctrl-C
@@ -73,6 +96,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 130
     except (OSError, RuntimeError) as err:  # output_dir not writable; Ray unreachable; a multiplexer runs there
         print(f"error: {err}", file=sys.stderr)
+        return 1
+    failed = failed_jobs(ran.get("summary", {})) if isinstance(ran, dict) else []
+    if failed:
+        print(f"not every job finished: {', '.join(failed)} (reasons in the status above)", file=sys.stderr)
         return 1
     return 0
 

@@ -68,3 +68,26 @@ def test_an_override_for_one_job_reaches_that_job_only_and_a_typo_is_refused(mon
     assert (cfg["roll_heavy"].trainer.lr, cfg["train_heavy"].trainer.lr) == (1e-2, 3e-2)
     assert main(["mux", "run", "conf/mux/two_tiny.yaml", "roll_hevy:trainer.lora_rank=8"]) == 2
     assert "no job named 'roll_hevy' (jobs: roll_heavy, train_heavy)" in capsys.readouterr().err
+
+
+def test_a_job_its_config_refuses_stops_mux_run_before_anything_starts(monkeypatch, capsys):
+    """Before, `roll_heavy:algo=grpo` was refused in a status line while the other job trained."""
+    started = []
+    monkeypatch.setattr("roll_agentic.mux.session.run_session", lambda m, jobs, **kw: started.append(jobs))
+    assert main(["mux", "run", "conf/mux/two_tiny.yaml", "roll_heavy:algo=grpo"]) == 2
+    assert "job roll_heavy: algo.alpha must be 0" in capsys.readouterr().err
+    assert main(["mux", "run", "conf/mux/two_tiny.yaml", "rollout.mode=tail_batching"]) == 2
+    assert "job roll_heavy: rollout.mode must be async" in capsys.readouterr().err
+    assert main(["mux", "run", "conf/mux/two_tiny.yaml", "train_heavy:rollout.mode=tail_batching"]) == 2
+    assert "job train_heavy: trainer.ppo_epochs" in capsys.readouterr().err  # a config error names its job
+    assert not started
+
+
+def test_mux_run_exits_1_when_a_job_ended_refused_or_failed(monkeypatch, capsys):
+    ended = {"roll_heavy": "refused", "train_heavy": "done"}
+    monkeypatch.setattr("roll_agentic.mux.session.run_session",
+                        lambda m, jobs, **kw: {"summary": {"job_state": ended}})
+    assert main(["mux", "run", "conf/mux/two_tiny.yaml", "--no-solo"]) == 1
+    assert "not every job finished: roll_heavy (refused)" in capsys.readouterr().err
+    ended["roll_heavy"] = "done"
+    assert main(["mux", "run", "conf/mux/two_tiny.yaml", "--no-solo"]) == 0

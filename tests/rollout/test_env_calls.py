@@ -15,17 +15,19 @@ from roll_agentic.rollout.env_calls import EnvCalls, EnvFailure
 def test_an_episode_aborted_while_its_env_call_hangs_frees_the_thread():
     """Tail batching aborts the slowest episodes, hung ones among them: cancelled before its
     limit, a hung call's thread stayed counted (its timer was cancelled with it) for good."""
-    gate = threading.Event()
+    gate, started = threading.Event(), threading.Event()
 
     class Hung:
         def step(self, action):
+            started.set()
             gate.wait()
             return "obs", 0.0, True, False, {}
 
     async def main():
         calls = EnvCalls(30.0)
         call = asyncio.ensure_future(calls(Hung().step, "a"))
-        await asyncio.sleep(0.05)
+        while not started.is_set():  # hung in its thread, not merely queued (a loaded machine is slow)
+            await asyncio.sleep(0.01)
         call.cancel()
         await asyncio.gather(call, return_exceptions=True)
         return calls._executor

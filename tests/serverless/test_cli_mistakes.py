@@ -103,3 +103,15 @@ def test_start_on_a_port_in_use_is_one_line(tmp_path):
     assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}: the port is taken" in lines[0]
     assert "--port 0" in lines[0] and "roll-agentic serverless stop" in lines[0]
     assert not (tmp_path / "endpoint.json").exists()
+
+
+def test_a_file_without_its_handler_is_refused_at_deploy(tmp_path, capsys):
+    """It deployed as Active, and every invoke then failed with Runtime.HandlerNotFound."""
+    mod = tmp_path / "noh_reward.py"
+    mod.write_text("def reward(summary):\n    return 1.0\n")
+    code, err = _deploy(capsys, str(mod))
+    assert isinstance(code, str) and "\n" not in code and "Traceback" not in err
+    assert "noh_reward.py has no function handler(event, context)" in code
+    bound = tmp_path / "bound.py"  # a handler bound otherwise than by `def` still counts
+    bound.write_text("from json import loads as handler\n")
+    assert spec_for(bound).handler == "bound.handler"
