@@ -159,7 +159,7 @@ def spec_for(path: Path, name: str | None = None, prefix: str = "roll-agentic-",
     if path.is_dir():
         _check_handler_module(path, handler, zip_bytes)
     elif handler.rpartition(".")[0] == stem:
-        _check_handler_defined(path, handler.rpartition(".")[2])
+        _check_handler_defined(parse_module(path), path.name, handler.rpartition(".")[2])
     return DeploySpec(
         name=name or f"{prefix}{stem}",
         zip_bytes=zip_bytes,
@@ -172,13 +172,9 @@ def spec_for(path: Path, name: str | None = None, prefix: str = "roll-agentic-",
     )
 
 
-def _check_handler_defined(path: Path, function: str) -> None:
+def _check_handler_defined(tree: ast.Module, file_name: str, function: str) -> None:
     """Refuses a file that binds no top-level `function`: deployed anyway, every invoke failed
     with Runtime.HandlerNotFound (training refused the same module before it started)."""
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    except (SyntaxError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path} is not valid Python: {err}") from None
     bound = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -189,7 +185,7 @@ def _check_handler_defined(path: Path, function: str) -> None:
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             bound.update((a.asname or a.name).split(".")[0] for a in node.names)
     if function not in bound:
-        raise ValueError(f"{path.name} has no function {function}(event, context), which the Lambda runtime "
+        raise ValueError(f"{file_name} has no function {function}(event, context), which the Lambda runtime "
                          f"calls: add `def {function}(event, context): return {{\"reward\": reward(event)}}`")
 
 

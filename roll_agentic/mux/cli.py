@@ -51,7 +51,10 @@ def composed(specs):
 
 def failed_jobs(summary: dict) -> list[str]:
     """Jobs that ended refused or failed: `mux run` then exits 1, so a script can tell."""
-    return [f"{n} ({s})" for n, s in summary.get("job_state", {}).items() if s in ("refused", "failed")]
+    from roll_agentic.mux.job_state import JobState
+
+    ended_badly = (JobState.REFUSED, JobState.FAILED)
+    return [f"{n} ({s})" for n, s in summary.get("job_state", {}).items() if s in ended_badly]
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -97,7 +100,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except (OSError, RuntimeError) as err:  # output_dir not writable; Ray unreachable; a multiplexer runs there
         print(f"error: {err}", file=sys.stderr)
         return 1
-    failed = failed_jobs(ran.get("summary", {})) if isinstance(ran, dict) else []
+    failed = failed_jobs(ran.get("summary", {}))
     if failed:
         print(f"not every job finished: {', '.join(failed)} (reasons in the status above)", file=sys.stderr)
         return 1

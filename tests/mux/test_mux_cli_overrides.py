@@ -10,6 +10,7 @@ def test_overrides_reach_every_job_after_its_own(monkeypatch):
 
     def fake_session(m, jobs, **kw):
         seen["jobs"] = jobs
+        return {}
 
     monkeypatch.setattr("roll_agentic.mux.session.run_session", fake_session)
     assert main(["mux", "run", "conf/mux/two_tiny.yaml", "trainer.lora_rank=8", "trainer.lr=2e-2", "--no-solo"]) == 0
@@ -21,7 +22,7 @@ def test_overrides_reach_every_job_after_its_own(monkeypatch):
 
 
 def test_a_bad_override_is_a_config_error_naming_it(monkeypatch, capsys):
-    monkeypatch.setattr("roll_agentic.mux.session.run_session", lambda *a, **k: None)
+    monkeypatch.setattr("roll_agentic.mux.session.run_session", lambda *a, **k: {})
     assert main(["mux", "run", "conf/mux/two_tiny.yaml", "trainer.lora_rank=-1"]) == 2
     assert "trainer.lora_rank" in capsys.readouterr().err
     assert main(["mux", "run", "conf/mux/two_tiny.yaml", "nonsense"]) == 2
@@ -45,6 +46,7 @@ def test_a_resume_takes_the_runs_overrides_again(monkeypatch, tmp_path, capsys):
 
     def fake_session(m, jobs, **kw):
         seen.update(kw, jobs=jobs)
+        return {}
 
     monkeypatch.setattr("roll_agentic.mux.session.run_session", fake_session)
     assert main(["mux", "run", str(path), "--resume"]) == 0
@@ -59,7 +61,7 @@ def test_a_resume_takes_the_runs_overrides_again(monkeypatch, tmp_path, capsys):
 def test_an_override_for_one_job_reaches_that_job_only_and_a_typo_is_refused(monkeypatch, capsys):
     """`JOB:KEY=VALUE`: LoRA jobs of two ranks (two trainer forms) from the shipped yaml."""
     seen = {}
-    monkeypatch.setattr("roll_agentic.mux.session.run_session", lambda m, jobs, **kw: seen.update(jobs=jobs))
+    monkeypatch.setattr("roll_agentic.mux.session.run_session", lambda m, jobs, **kw: seen.update(jobs=jobs) or {})
     argv = ["mux", "run", "conf/mux/two_tiny.yaml", "trainer.lora_rank=4", "roll_heavy:trainer.lora_rank=8",
             "train_heavy:trainer.lr=3e-2", "--no-solo"]
     assert main(argv) == 0
