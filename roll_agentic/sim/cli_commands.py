@@ -206,10 +206,8 @@ def _census_line(doc: dict) -> str:
     alone = doc["alone_cost_share_by_slo"]["rollmux"]
     by_slo = ", ".join(f"SLO {band} {share:.1%}" for band, share in alone.items())
     by_size = ", ".join(f"{size} {share:.1%}" for size, share in sizes.items() if size != "1")
-    return (
-        f"rollmux's $: {sizes.get('1', 0.0):.1%} on jobs alone in their group ({by_slo}); "
-        f"groups of {by_size}"
-    )
+    line = f"rollmux's $: {sizes.get('1', 0.0):.1%} on jobs alone in their group ({by_slo})"
+    return f"{line}; groups of {by_size}" if by_size else f"{line}; no job shared a group"
 
 
 def run_optimality(args: argparse.Namespace) -> int:

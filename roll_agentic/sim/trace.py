@@ -120,6 +120,9 @@ class Trace:
     seed: int
     workload: WorkloadSpec
     jobs: list[TraceJob] = field(default_factory=list)
+    # job_id -> its line in the CSV file it came from (`trace_csv`): problems found
+    # later (a job that fits no node) name the line, as the CSV's own checks do.
+    csv_lines: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def save(self, path: str | Path) -> None:
         doc = {
@@ -226,12 +229,15 @@ def _slo_pair(value: tuple) -> bool:
     return len(value) == 2 and len(numbers) == 2 and numbers[0] <= numbers[1]
 
 
-def trace_problems(jobs: list[TraceJob], spec: ClusterSpec | None = None) -> list[str]:
+def trace_problems(
+    jobs: list[TraceJob], spec: ClusterSpec | None = None, csv_lines: dict[str, int] | None = None
+) -> list[str]:
     """Every job profile's problems (`profile_problems`), node counts past `MAX_NODES` and
-    repeated job ids, one line each."""
+    repeated job ids, one line each; a job of a CSV file is named by its line there."""
     out, seen = [], set()
     for i, job in enumerate(jobs):
-        name = f"job #{i} ({job.profile.job_id})"
+        line = csv_lines.get(job.profile.job_id) if csv_lines and isinstance(job.profile.job_id, str) else None
+        name = f"line {line} ({job.profile.job_id})" if line else f"job #{i} ({job.profile.job_id})"
         problems = profile_problems(job.profile, spec)
         for field_name in ("n_rollout", "n_train"):
             value = getattr(job.profile, field_name)
@@ -248,7 +254,7 @@ def trace_problems(jobs: list[TraceJob], spec: ClusterSpec | None = None) -> lis
 
 def check_fits(trace: Trace, spec: ClusterSpec) -> None:
     """ValueError if a job's state fits no node's host memory under `spec` (it could run nowhere)."""
-    problems = trace_problems(trace.jobs, spec)
+    problems = trace_problems(trace.jobs, spec, trace.csv_lines)
     if problems:
         raise ValueError(listed_problems(problems))
 

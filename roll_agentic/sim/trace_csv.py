@@ -166,6 +166,9 @@ def trace_from_csv(path: str | Path, seed: int = 0) -> Trace:
     missing = [c for c in REQUIRED if c not in header]
     unknown = [c for c in header if c not in REQUIRED + OPTIONAL]
     if missing or unknown:
+        if len(header) == 1 and any(sep in header[0] for sep in ";\t"):
+            raise ValueError(f"trace {path}: its header is one column, {header[0]!r}: separate the "
+                             "columns with commas (a spreadsheet's 'CSV (comma delimited)')")
         what = []
         if missing:
             what.append(f"missing column(s) {', '.join(missing)}")
@@ -182,6 +185,7 @@ def trace_from_csv(path: str | Path, seed: int = 0) -> Trace:
     jobs: list[TraceJob] = []
     problems: list[str] = []
     seen: set[str] = set()
+    lines: dict[str, int] = {}
     for i, row in enumerate(rows):
         line = i + 2  # the header is line 1 (fields span no lines)
         job_id = (row.get("job_id") or "").strip() or f"j{i:04d}"
@@ -193,6 +197,7 @@ def trace_from_csv(path: str | Path, seed: int = 0) -> Trace:
         if job_id in seen:
             problems.append(f"{where}: job_id repeats an earlier line's; ids must be unique")
         seen.add(job_id)
+        lines[job_id] = line
         values, bad = _parse(row, REQUIRED + OPTIONAL[_TEXT:])
         if not bad:
             job, bad = _job(values, job_id, (row.get("form") or "").strip(), job_seed, wl)
@@ -203,4 +208,4 @@ def trace_from_csv(path: str | Path, seed: int = 0) -> Trace:
         raise ValueError(f"trace {path}: {listed_problems(problems)}")
     jobs.sort(key=lambda j: j.arrival_s)
     span_days = max(j.arrival_s for j in jobs) / 86400.0
-    return Trace(seed, WorkloadSpec(n_jobs=len(jobs), span_days=span_days, arrival="file"), jobs)
+    return Trace(seed, WorkloadSpec(n_jobs=len(jobs), span_days=span_days, arrival="file"), jobs, lines)

@@ -75,3 +75,6 @@ def test_compare_reports_shares_of_each_policys_cost():
     assert doc["cost_share_by_group_size"]["rollmux"].get("1", 0.0) < 1.0
     line = _census_line(doc)
     assert line.startswith("rollmux's $: ") and "SLO <1.05" in line and "groups of 2" in line
+    # Every job alone: no dangling "groups of".
+    doc["cost_share_by_group_size"]["rollmux"] = {"1": 1.0}
+    assert _census_line(doc).endswith("; no job shared a group")

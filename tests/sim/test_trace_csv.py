@@ -172,3 +172,20 @@ def test_jobs_of_different_trainer_forms_never_share_a_training_node_in_any_poli
     anyform = replace(trace, jobs=[replace(j, profile=replace(j.profile, form="")) for j in trace.jobs])
     seen = jobs_per_training_node(anyform, RollMuxOptions())
     assert any(len({form[j] for j in jobs}) > 1 for (name, _), jobs in seen.items() if name == "rollmux")
+
+
+def test_a_semicolon_separated_file_is_told_to_use_commas(tmp_path):
+    with pytest.raises(ValueError, match="separate the columns with commas"):
+        trace_from_csv(_csv(tmp_path, HEADER.replace(",", ";") + "\n" + GOOD_ROW.replace(",", ";") + "\n"))
+
+
+def test_a_job_that_fits_no_node_is_named_by_its_csv_line(tmp_path):
+    """Jobs are sorted by arrival; the problem names the file's line, not the sorted index."""
+    from roll_agentic.mux.profile import ClusterSpec
+    from roll_agentic.sim.trace import check_fits
+
+    huge = "0,700,1,1,900,1100,1.3,48"  # 700 B parameters: 11 TB of trainer state on one node
+    trace = trace_from_csv(_csv(tmp_path, f"{HEADER}\n5,7,1,1,900,1100,1.3,48\n{huge}\n"))
+    assert trace.jobs[0].profile.job_id == "j0001"  # it arrives first
+    with pytest.raises(ValueError, match=r"line 3 \(j0001\)"):
+        check_fits(trace, ClusterSpec())
