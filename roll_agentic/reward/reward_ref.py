@@ -46,10 +46,10 @@ def syntax_problem(ref: object) -> str:
         return "a module name: one in rewards/ (frozenlake) or a dotted path to yours (my_pkg.my_reward)"
     parts = ref.split(".")
     if not all(p.isidentifier() for p in parts):
-        return (f"a module name made of Python identifiers joined by dots ({ref!r} is not one): "
-                "frozenlake for rewards/frozenlake.py, my_pkg.my_reward for my_pkg/my_reward.py")
+        return ("a module name made of Python identifiers joined by dots: frozenlake for "
+                "rewards/frozenlake.py, my_pkg.my_reward for my_pkg/my_reward.py")
     if len(parts) > 1 and parts[0] == BUILTIN_PACKAGE:
-        return f"{parts[-1]!r} alone for a module in rewards/ (not {ref!r})"
+        return f"{parts[-1]!r} alone for a module in rewards/"
     return ""
 
 

@@ -63,8 +63,9 @@ def test_names_map_to_modules_files_and_functions():
 def test_a_name_that_cannot_be_a_module_is_refused_with_what_to_write(ref, says):
     assert says in syntax_problem(ref)
     cfg = Config(tasks=[TaskConfig(name="t", env_id="CliffWalking-v1", reward=ref, format_penalty=2)])
-    with pytest.raises(ConfigError, match=r"tasks\.0\.reward: expected "):
+    with pytest.raises(ConfigError, match=r"tasks\.0\.reward: expected ") as err:
         validate(cfg)
+    assert str(err.value).count(repr(ref)) == 1  # the value once, as `got ...`
 
 
 def test_two_rewards_that_would_share_one_function_are_refused():
