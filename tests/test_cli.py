@@ -285,3 +285,47 @@ def test_a_finished_run_prints_the_command_that_exports_its_policy(monkeypatch, 
     line = capsys.readouterr().out.strip().splitlines()[-1]
     words = shlex.split(line.removeprefix("the trained policy as a Hugging Face model: "))
     assert words == ["roll-agentic", "model", "export", str(run_dir), str(run_dir / "policy")]
+
+
+def test_mux_commands_during_the_solo_baseline_say_so(monkeypatch, tmp_path, capsys):
+    """`mux status` during `mux run`'s solo pass said no multiplexer ran; a job submitted
+    then would have joined the baseline the multiplexed pass is measured against."""
+    import json
+
+    import ray
+
+    from roll_agentic.mux import session
+
+    class Method:
+        def __init__(self, value):
+            self.value = value
+
+        def remote(self, *_a):
+            return self.value
+
+    class Handle:
+        status = Method({"name": "m", "run_dir": "r/solo", "uptime_s": 3.0, "jobs": []})
+        cancel = submit = Method(None)
+
+    monkeypatch.setattr(session, "connect", lambda path: Handle())
+    monkeypatch.setattr(ray, "get", lambda ref: ref)
+    address = tmp_path / "current.json"
+    address.write_text(json.dumps({"address": "127.0.0.1:1", "pass": session.SOLO_PASS}))
+    job = tmp_path / "job.yaml"
+    job.write_text("name: j\noverrides: [algo=sync]\n")
+    for cmd, doing in ((["submit", str(job)], "submit"), (["cancel", "j"], "cancel")):
+        assert main(["mux", *cmd, "--address-file", str(address)]) == 1
+        err = capsys.readouterr().err
+        assert "running its solo baseline" in err and f"{doing} once the multiplexed pass starts" in err
+    assert main(["mux", "status", "--address-file", str(address)]) == 0
+    assert capsys.readouterr().out.startswith("solo baseline pass:")
+    assert main(["mux", "status", "--json", "--address-file", str(address)]) == 0
+    assert json.loads(capsys.readouterr().out)["pass"] == session.SOLO_PASS
+
+
+def test_a_job_past_its_slo_gets_a_line_of_its_own():
+    from roll_agentic.mux.session import slo_misses
+
+    summary = {"job_slo_met": {"a": True, "b": False, "c": None}, "job_slowdown": {"a": 1.1, "b": 1.62, "c": None},
+               "job_slo": {"a": 1.5, "b": 1.5, "c": 2.0}, "job_slowdown_basis": {"b": "solo pass"}}
+    assert slo_misses(summary) == ["b missed its SLO: 1.62x its solo pass iteration, past 1.50x"]

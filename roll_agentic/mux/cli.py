@@ -124,6 +124,8 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
     try:
         jobs = _load_jobs(args.job)
+        if _in_solo_pass(args, "submit"):
+            return 1
         mux = connect(_address(args))
     except (ConfigError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -156,6 +158,18 @@ def _connect(args: argparse.Namespace):
         return None
 
 
+def _in_solo_pass(args: argparse.Namespace, doing: str) -> bool:
+    """True, after saying so, while `mux run` runs its solo baseline: a job submitted or
+    cancelled then would change the baseline the multiplexed pass is measured against."""
+    from roll_agentic.mux.session import SOLO_PASS, running_pass
+
+    if running_pass(_address(args)) != SOLO_PASS:
+        return False
+    print(f"error: `mux run` is running its solo baseline (each job alone, one after the other): {doing} "
+          "once the multiplexed pass starts (`roll-agentic mux status` says which pass runs)", file=sys.stderr)
+    return True
+
+
 def _died(err: Exception) -> str:
     """One line for a multiplexer that died while answering (Ray's message runs to a page)."""
     return f"the multiplexer died while answering ({type(err).__name__}); start one with `roll-agentic mux run`"
@@ -176,13 +190,23 @@ def _cmd_status(args: argparse.Namespace) -> int:
     except ray.exceptions.RayActorError as err:
         print(f"error: {_died(err)}", file=sys.stderr)
         return 1
-    print(json.dumps(snap, indent=1, default=str) if args.json else format_status(snap))
+    from roll_agentic.mux.session import SOLO_PASS, running_pass
+
+    now_running = running_pass(_address(args))
+    if args.json:
+        print(json.dumps({**snap, "pass": now_running}, indent=1, default=str))
+    else:
+        if now_running == SOLO_PASS:
+            print("solo baseline pass: each job alone, one after the other; the multiplexed pass follows")
+        print(format_status(snap))
     return 0
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
     import ray
 
+    if _in_solo_pass(args, "cancel"):
+        return 1
     mux = _connect(args)
     if mux is None:
         return 2

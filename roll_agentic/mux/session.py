@@ -172,16 +172,14 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
         if solo_baseline and not serve and not resume:
             print(f"solo baseline: {len(jobs)} job(s) one after the other, alone", flush=True)
             mux = start_multiplexer(m, run_dir / "solo")
+            _publish(m, run_dir, SOLO_PASS)  # `mux status` shows the baseline; `mux submit` waits
             for spec, cfg in jobs:
                 ray.get(mux.submit.remote(cfg, spec))
                 _wait(mux, [spec.name], status_every_s, quiet)
             solo = ray.get(mux.result.remote())
             ray.get(mux.shutdown.remote())
         mux = multiplexed = start_multiplexer(m, run_dir, replacing=mux)
-        address_file(m).parent.mkdir(parents=True, exist_ok=True)
-        address_file(m).write_text(json.dumps({
-            "address": ray.get_runtime_context().gcs_address, "namespace": NAMESPACE, "actor": ACTOR_NAME,
-            "run_dir": str(run_dir), "pid": os.getpid()}))
+        _publish(m, run_dir, MULTIPLEXED_PASS)
         print(f"multiplexer {ACTOR_NAME} up; run dir {run_dir}; `roll-agentic mux status` / `mux submit`",
               flush=True)
         for spec, cfg in jobs:
@@ -198,6 +196,8 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
         print(format_status(status), flush=True)
         print(json.dumps({k: summary[k] for k in ("pool_busy_fraction", "solo_pool_busy_fraction", "job_slowdown",
                                                   "job_slowdown_basis", "job_slo", "warm_switch_s", "cold_switch_s")}, indent=1))
+        for line in slo_misses(summary):  # the JSON above says so too, easy to miss
+            print(line, flush=True)
         print(f"summary: {run_dir / 'mux_summary.json'}  gantt: {run_dir / 'mux_gantt.png'}", flush=True)
         return {"run_dir": str(run_dir), "summary": summary, "status": status}
     except KeyboardInterrupt:
@@ -221,6 +221,36 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
                 address_file(m).unlink()
         if started:
             ray.shutdown()
+
+
+SOLO_PASS, MULTIPLEXED_PASS = "solo baseline", "multiplexed"  # the passes of a `mux run`
+
+
+def _publish(m: MuxConfig, run_dir: Path, pass_name: str) -> None:
+    """Where `mux status | submit | cancel` find this session's multiplexer, and which pass it runs."""
+    address_file(m).parent.mkdir(parents=True, exist_ok=True)
+    address_file(m).write_text(json.dumps({
+        "address": ray.get_runtime_context().gcs_address, "namespace": NAMESPACE, "actor": ACTOR_NAME,
+        "run_dir": str(run_dir), "pid": os.getpid(), "pass": pass_name}))
+
+
+def running_pass(path: Path) -> str:
+    """The pass the address file's multiplexer runs (`SOLO_PASS` or `MULTIPLEXED_PASS`);
+    the latter for a file without one, or none at all (`connect` says what is wrong)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        return str(json.loads(path.read_text()).get("pass", MULTIPLEXED_PASS))
+    return MULTIPLEXED_PASS
+
+
+def slo_misses(summary: dict) -> list[str]:
+    """A line for each job whose slowdown ended past its SLO."""
+    out = []
+    for name, met in summary.get("job_slo_met", {}).items():
+        if met is False:
+            slowdown, slo = summary["job_slowdown"][name], summary["job_slo"][name]
+            basis = summary.get("job_slowdown_basis", {}).get(name) or "solo"
+            out.append(f"{name} missed its SLO: {slowdown:.2f}x its {basis} iteration, past {slo:.2f}x")
+    return out
 
 
 def _gone(info: dict) -> str:

@@ -2,26 +2,21 @@
 
 Each backend's engine is built once per module (vLLM starts in ~35-50 s on a
 2-core CPU) and driven from one event loop in a background thread, since
-vLLM's AsyncLLM binds to the loop it first runs in. Tests leave the engine
-usable for the next one: weight tests load their own versions and restore
-the base weights.
+vLLM's AsyncLLM binds to the loop it first runs in (`engine_harness.py`).
+Tests leave the engine usable for the next one: weight tests load their own
+versions and restore the base weights.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
-import itertools
 import math
 import os
 import shutil
-import tempfile
-import threading
 import time
-from collections.abc import Coroutine, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # before vllm is first imported
 
@@ -32,60 +27,21 @@ from roll_agentic.config import EngineConfig  # noqa: E402
 from roll_agentic.engine.factory import make_engine  # noqa: E402
 from roll_agentic.engine.protocol import GenerationResult, RolloutEngine, SamplingParams  # noqa: E402
 from roll_agentic.model.tiny import ensure_tiny_model  # noqa: E402
+from tests.engine.engine_harness import (  # noqa: E402
+    EngineLoop,
+    Harness,
+    engine_children,
+    hf_model,
+    load_weights,
+    mean_abs_diff,
+    perturbed_state,
+    recompute,
+    save_weights,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 PROMPT = [3, 17, 42, 99, 7, 250, 31, 64, 12, 5]
-_ids = itertools.count()
-
-
-class _Loop:
-    """An event loop in a daemon thread; `run` submits a coroutine and waits."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 300) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-
-@dataclass
-class Harness:
-    backend: str
-    engine: RolloutEngine
-    loop: _Loop
-    model_dir: Path
-    vocab: int
-
-    def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 300) -> Any:
-        return self.loop.run(coro, timeout)
-
-    def gen_all(self, requests: list[tuple[list[int], SamplingParams, str]]) -> list[GenerationResult]:
-        async def all_of() -> list[GenerationResult]:
-            return list(await asyncio.gather(*(self.engine.generate(*r) for r in requests)))
-
-        return self.run(all_of())
-
-    def gen(self, tokens: list[int], sampling: SamplingParams, rid: str | None = None) -> GenerationResult:
-        return self.run(self.engine.generate(tokens, sampling, rid or f"t{next(_ids)}"))
-
-
-def _engine_children() -> list[str]:
-    import psutil
-
-    names = []
-    for c in psutil.Process().children(recursive=True):
-        try:
-            names.append(c.name())
-        except psutil.NoSuchProcess:
-            pass
-    return [n for n in names if n.startswith("VLLM")]
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +61,7 @@ def h(request: pytest.FixtureRequest, model_dir: Path) -> Iterator[Harness]:
     from transformers import AutoConfig
 
     backend = request.param
-    loop = _Loop()
+    loop = EngineLoop()
     cfg = EngineConfig(backend=backend, max_model_len=1024, kv_cache_gib=0.25, max_batch=64)
 
     async def build() -> RolloutEngine:  # built in the loop that will drive it
@@ -119,58 +75,7 @@ def h(request: pytest.FixtureRequest, model_dir: Path) -> Iterator[Harness]:
         loop.run(engine.shutdown(), timeout=60)
         loop.close()
         if backend == "vllm":
-            assert _engine_children() == [], "vLLM processes outlived shutdown()"
-
-
-# -- weights helpers (trainer side) -------------------------------------------------
-def _hf_model(model_dir: Path, state: dict[str, torch.Tensor] | None = None):
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    if state is not None:
-        model.load_state_dict(state, strict=False)
-    return model
-
-
-def _perturbed_state(model_dir: Path, seed: int, scale: float = 0.1) -> dict[str, torch.Tensor]:
-    """The base weights plus noise, as a trainer step would change them."""
-    g = torch.Generator().manual_seed(seed)
-    sd = _hf_model(model_dir).state_dict()
-    return {k: (v + scale * torch.randn(v.shape, generator=g)).contiguous() for k, v in sd.items()
-            if k != "lm_head.weight"}  # tied to embed_tokens: safetensors refuses shared storage
-
-
-def _save(state: dict[str, torch.Tensor], with_head: bool) -> str:
-    from safetensors.torch import save_file
-
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    d = tempfile.mkdtemp(prefix="roll-weights-", dir=base)
-    out = dict(state)
-    if with_head:  # a trainer's state_dict() carries the tied head too
-        out["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
-    path = os.path.join(d, "weights.safetensors")
-    save_file(out, path)
-    return path
-
-
-@torch.no_grad()
-def _recompute(model, prompt: list[int], tokens: list[int]) -> list[float]:
-    """Trainer-style logprobs: one forward over prompt+response, log_softmax at the
-    positions that predict each generated token."""
-    ids = torch.tensor([prompt + tokens])
-    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
-    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1).tolist()
-
-
-def _mean_abs_diff(a: list[float], b: list[float]) -> float:
-    assert len(a) == len(b) and a
-    return sum(abs(x - y) for x, y in zip(a, b, strict=True)) / len(a)
-
-
-def _load(h: Harness, path: str) -> int:
-    version = h.engine.weight_version() + 1
-    h.run(h.engine.load_weights(version, path))
-    return version
+            assert engine_children() == [], "vLLM processes outlived shutdown()"
 
 
 # -- the contract -------------------------------------------------------------------
@@ -315,49 +220,49 @@ def test_sleep_holds_new_requests_until_wake(h: Harness) -> None:
 
 
 def test_load_weights_changes_version_and_outputs(h: Harness, model_dir: Path) -> None:
-    base_model = _hf_model(model_dir)
-    state = _perturbed_state(model_dir, seed=1)
-    new_model = _hf_model(model_dir, state)
+    base_model = hf_model(model_dir)
+    state = perturbed_state(model_dir, seed=1)
+    new_model = hf_model(model_dir, state)
     sampling = SamplingParams(max_tokens=24, temperature=1.0)
     before = h.gen(PROMPT, sampling)
-    assert _mean_abs_diff(before.logprobs, _recompute(base_model, PROMPT, before.token_ids)) < 1e-3
+    assert mean_abs_diff(before.logprobs, recompute(base_model, PROMPT, before.token_ids)) < 1e-3
 
-    path = _save(state, with_head=False)
+    path = save_weights(state, with_head=False)
     try:
-        version = _load(h, path)
+        version = load_weights(h, path)
         assert h.engine.weight_version() == version
         after = h.gen(PROMPT, sampling)  # same prompt: a stale prefix cache would show here
         assert after.weight_version == version
-        assert _mean_abs_diff(after.logprobs, _recompute(new_model, PROMPT, after.token_ids)) < 1e-3
-        assert _mean_abs_diff(after.logprobs, _recompute(base_model, PROMPT, after.token_ids)) > 1e-2
+        assert mean_abs_diff(after.logprobs, recompute(new_model, PROMPT, after.token_ids)) < 1e-3
+        assert mean_abs_diff(after.logprobs, recompute(base_model, PROMPT, after.token_ids)) > 1e-2
     finally:
         shutil.rmtree(os.path.dirname(path))
         _restore_base(h, model_dir)
 
 
 def _restore_base(h: Harness, model_dir: Path) -> None:
-    path = _save({k: v for k, v in _hf_model(model_dir).state_dict().items() if k != "lm_head.weight"},
+    path = save_weights({k: v for k, v in hf_model(model_dir).state_dict().items() if k != "lm_head.weight"},
                  with_head=False)
     try:
-        _load(h, path)
+        load_weights(h, path)
     finally:
         shutil.rmtree(os.path.dirname(path))
 
 
 @pytest.mark.parametrize("with_head", [False, True], ids=["tied-head-absent", "tied-head-present"])
 def test_logprobs_match_trainer_recompute_after_sync(h: Harness, model_dir: Path, with_head: bool) -> None:
-    state = _perturbed_state(model_dir, seed=2 + with_head)
-    trainer = _hf_model(model_dir, state)
-    path = _save(state, with_head=with_head)
+    state = perturbed_state(model_dir, seed=2 + with_head)
+    trainer = hf_model(model_dir, state)
+    path = save_weights(state, with_head=with_head)
     try:
-        version = _load(h, path)
+        version = load_weights(h, path)
         prompts = [PROMPT, PROMPT[:4], list(range(40, 90))]  # the last spans several KV blocks
         results = h.gen_all([(p, SamplingParams(max_tokens=48, temperature=1.0), f"rc{with_head}{i}")
                              for i, p in enumerate(prompts)])
         diffs = []
         for p, r in zip(prompts, results, strict=True):
             assert r.weight_version == version
-            recomputed = _recompute(trainer, p, r.token_ids)
+            recomputed = recompute(trainer, p, r.token_ids)
             diffs += [abs(a - b) for a, b in zip(r.logprobs, recomputed, strict=True)]
         mean, worst = sum(diffs) / len(diffs), max(diffs)
         print(f"[{h.backend}] logprob diff vs trainer recompute: mean {mean:.2e}, max {worst:.2e}")
@@ -373,15 +278,15 @@ def test_weights_loaded_under_a_version_number_seen_before_reuse_no_cached_prefi
     reuse the KV blocks job A's v3 left in the prefix cache (the salt named the version only)."""
     prompt = [(i * 37) % 400 + 10 for i in range(200)]  # several KV blocks
     sampling = SamplingParams(max_tokens=8, temperature=1.0)
-    paths = [_save(_perturbed_state(model_dir, seed=s), with_head=False) for s in (11, 12)]
+    paths = [save_weights(perturbed_state(model_dir, seed=s), with_head=False) for s in (11, 12)]
     try:
         version = h.engine.weight_version() + 1
         h.run(h.engine.load_weights(version, paths[0]))
         h.gen(prompt, sampling)  # job A fills the cache
         h.run(h.engine.load_weights(version, paths[1]))  # job B, same version number
         b = h.gen(prompt, sampling)
-        job_b = _hf_model(model_dir, _perturbed_state(model_dir, seed=12))
-        assert _mean_abs_diff(b.logprobs, _recompute(job_b, prompt, b.token_ids)) < 1e-3
+        job_b = hf_model(model_dir, perturbed_state(model_dir, seed=12))
+        assert mean_abs_diff(b.logprobs, recompute(job_b, prompt, b.token_ids)) < 1e-3
     finally:
         for path in paths:
             shutil.rmtree(os.path.dirname(path))
@@ -389,7 +294,7 @@ def test_weights_loaded_under_a_version_number_seen_before_reuse_no_cached_prefi
 
 
 def test_requests_in_flight_survive_a_weight_sync(h: Harness, model_dir: Path) -> None:
-    path = _save(_perturbed_state(model_dir, seed=7), with_head=False)
+    path = save_weights(perturbed_state(model_dir, seed=7), with_head=False)
     try:
         async def scenario() -> tuple[list[GenerationResult], GenerationResult]:
             old = h.engine.weight_version()
@@ -424,17 +329,17 @@ def test_a_reply_across_a_weight_sync_goes_on_with_its_kv_cache_recomputed(h: Ha
     resumed over the old weights' KV blocks ("keep"), they were neither policy's."""
     if h.backend != "vllm":
         pytest.skip("the hf engine finishes the requests in flight before it reloads")
-    state = _perturbed_state(model_dir, seed=21)
-    path = _save(state, with_head=False)
+    state = perturbed_state(model_dir, seed=21)
+    path = save_weights(state, with_head=False)
     try:
         r = h.run(_reply_across_a_sync(h, path, "kv-sync"), timeout=180)
         assert r.finish_reason == "length" and len(r.token_ids) == 600
         k = int(r.timings["resumed_at_token"])
         assert 0 < k < 600, k
         assert r.timings["weight_version_end"] == h.engine.weight_version()
-        assert _mean_abs_diff(r.logprobs[:k], _recompute(_hf_model(model_dir), PROMPT, r.token_ids[:k])) < 1e-3
-        after = _recompute(_hf_model(model_dir, state), PROMPT, r.token_ids)[k:]
-        assert _mean_abs_diff(r.logprobs[k:], after) < 1e-3
+        assert mean_abs_diff(r.logprobs[:k], recompute(hf_model(model_dir), PROMPT, r.token_ids[:k])) < 1e-3
+        after = recompute(hf_model(model_dir, state), PROMPT, r.token_ids)[k:]
+        assert mean_abs_diff(r.logprobs[k:], after) < 1e-3
         assert h.engine.stats()["recomputed"] >= 1
     finally:
         shutil.rmtree(os.path.dirname(path))
@@ -445,7 +350,7 @@ def test_sync_in_flight_keep_goes_on_over_the_old_kv_cache(h: Harness, model_dir
     """engine.sync_in_flight=keep: no re-prefill; the reply still ends whole and says it straddled."""
     if h.backend != "vllm":
         pytest.skip("the hf engine finishes the requests in flight before it reloads")
-    path = _save(_perturbed_state(model_dir, seed=22), with_head=False)
+    path = save_weights(perturbed_state(model_dir, seed=22), with_head=False)
     h.engine.cfg.sync_in_flight = "keep"
     try:
         recomputed = h.engine.stats()["recomputed"]
@@ -460,9 +365,9 @@ def test_sync_in_flight_keep_goes_on_over_the_old_kv_cache(h: Harness, model_dir
 
 
 def test_bad_weights_file_is_refused_and_engine_keeps_serving(h: Harness, model_dir: Path) -> None:
-    state = _perturbed_state(model_dir, seed=9)
+    state = perturbed_state(model_dir, seed=9)
     state.pop("model.norm.weight")
-    path = _save(state, with_head=False)
+    path = save_weights(state, with_head=False)
     version = h.engine.weight_version()
     try:
         with pytest.raises(Exception, match="missing|norm"):
@@ -473,15 +378,15 @@ def test_bad_weights_file_is_refused_and_engine_keeps_serving(h: Harness, model_
     r = h.gen(PROMPT, SamplingParams(max_tokens=16))
     assert r.finish_reason == "length" and r.weight_version == version
     # nothing of the refused file was applied: outputs still follow the served weights
-    assert _mean_abs_diff(r.logprobs, _recompute(_hf_model(model_dir), PROMPT, r.token_ids)) < 1e-3
+    assert mean_abs_diff(r.logprobs, recompute(hf_model(model_dir), PROMPT, r.token_ids)) < 1e-3
 
 
 def test_wrong_shaped_tensor_is_refused_and_nothing_of_the_file_applied(h: Harness, model_dir: Path) -> None:
     """A tensor of the wrong shape was found only after every other one was copied in (hf):
     the engine served a mix of two weight sets under the old version number."""
-    state = _perturbed_state(model_dir, seed=10)
+    state = perturbed_state(model_dir, seed=10)
     state["model.norm.weight"] = torch.ones(3, 3)
-    path = _save(state, with_head=False)
+    path = save_weights(state, with_head=False)
     version = h.engine.weight_version()
     try:
         with pytest.raises(Exception, match="shape|size"):
@@ -491,7 +396,7 @@ def test_wrong_shaped_tensor_is_refused_and_nothing_of_the_file_applied(h: Harne
     assert h.engine.weight_version() == version
     r = h.gen(PROMPT, SamplingParams(max_tokens=16))
     assert r.weight_version == version
-    assert _mean_abs_diff(r.logprobs, _recompute(_hf_model(model_dir), PROMPT, r.token_ids)) < 1e-3
+    assert mean_abs_diff(r.logprobs, recompute(hf_model(model_dir), PROMPT, r.token_ids)) < 1e-3
 
 
 def test_temperature_zero_decodes_greedily(h: Harness, model_dir: Path) -> None:
@@ -499,11 +404,11 @@ def test_temperature_zero_decodes_greedily(h: Harness, model_dir: Path) -> None:
     on nan probabilities. Logprobs are those of the unscaled logits, as vLLM reports them."""
     r = h.gen(PROMPT, SamplingParams(max_tokens=8, temperature=0.0))
     assert r.finish_reason == "length" and len(r.token_ids) == 8
-    model = _hf_model(model_dir)
+    model = hf_model(model_dir)
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([PROMPT + r.token_ids])).logits[0, len(PROMPT) - 1: -1]
     assert r.token_ids == logits.argmax(-1).tolist()
-    assert _mean_abs_diff(r.logprobs, _recompute(model, PROMPT, r.token_ids)) < 1e-3
+    assert mean_abs_diff(r.logprobs, recompute(model, PROMPT, r.token_ids)) < 1e-3
 
 
 def test_top_p_logprobs_are_those_of_the_nucleus_sampled_from(h: Harness) -> None:

@@ -93,3 +93,10 @@ def test_mux_run_exits_1_when_a_job_ended_refused_or_failed(monkeypatch, capsys)
     assert "not every job finished: roll_heavy (refused)" in capsys.readouterr().err
     ended["roll_heavy"] = "done"
     assert main(["mux", "run", "conf/mux/two_tiny.yaml", "--no-solo"]) == 0
+
+
+def test_the_shipped_submit_example_is_a_job_the_multiplexer_can_run():
+    from roll_agentic.mux.cli import _load_jobs
+
+    [(spec, cfg)] = _load_jobs("conf/mux/one_job.yaml")
+    assert spec.name == "guess_wide" and spec.slo == 2.0 and cfg.algo.alpha == 0
