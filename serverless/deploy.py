@@ -111,10 +111,12 @@ def parse_module(path: Path) -> ast.Module:
 def module_settings(path: Path) -> dict[str, int]:
     """LAMBDA_MEMORY_MB / LAMBDA_TIMEOUT_S constants declared at a module's top level."""
     path = Path(path)
-    if not path.is_file():
-        return {}
+    return _settings_in(parse_module(path)) if path.is_file() else {}
+
+
+def _settings_in(tree: ast.Module) -> dict[str, int]:
     out: dict[str, int] = {}
-    for node in parse_module(path).body:
+    for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             key = node.targets[0].id
             if key in ("LAMBDA_MEMORY_MB", "LAMBDA_TIMEOUT_S") and isinstance(node.value, ast.Constant):
@@ -132,6 +134,10 @@ def missing_on_lambda(path: Path) -> list[str]:
         tree = ast.parse(path.read_text())
     except (OSError, SyntaxError, ValueError):
         return []
+    return _missing_imports(tree)
+
+
+def _missing_imports(tree: ast.Module) -> list[str]:
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -153,13 +159,14 @@ def spec_for(path: Path, name: str | None = None, prefix: str = "roll-agentic-",
         fixed = re.sub(r"\W", "_", stem)
         raise ValueError(f"{path.name} cannot be imported as a module (its handler would be {stem}.handler): "
                          f"rename it {fixed if fixed.isidentifier() else 'a Python identifier'}.py")
-    settings = module_settings(path)
+    tree = parse_module(path) if path.is_file() else None  # once: its settings, then its handler
+    settings = _settings_in(tree) if tree is not None else {}
     handler = handler or f"{stem}.handler"
     zip_bytes = zip_path(path)
     if path.is_dir():
         _check_handler_module(path, handler, zip_bytes)
-    elif handler.rpartition(".")[0] == stem:
-        _check_handler_defined(parse_module(path), path.name, handler.rpartition(".")[2])
+    elif tree is not None and handler.rpartition(".")[0] == stem:
+        _check_handler_defined(tree, path.name, handler.rpartition(".")[2])
     return DeploySpec(
         name=name or f"{prefix}{stem}",
         zip_bytes=zip_bytes,
@@ -168,7 +175,7 @@ def spec_for(path: Path, name: str | None = None, prefix: str = "roll-agentic-",
         # silently becoming the default.
         memory_mb=memory_mb if memory_mb is not None else settings.get("LAMBDA_MEMORY_MB", 256),
         timeout_s=timeout_s if timeout_s is not None else settings.get("LAMBDA_TIMEOUT_S", 30),
-        missing_on_lambda=missing_on_lambda(path),
+        missing_on_lambda=_missing_imports(tree) if tree is not None else [],
     )
 
 
