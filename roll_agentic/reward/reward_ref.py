@@ -44,6 +44,9 @@ def syntax_problem(ref: object) -> str:
     """Why `ref` cannot name a reward module at all, or "" (checked before anything is imported)."""
     if not isinstance(ref, str) or not ref:
         return "a module name: one in rewards/ (frozenlake) or a dotted path to yours (my_pkg.my_reward)"
+    if ref.endswith(".py"):  # `reward: my_reward.py` read as module `py` of package my_reward
+        name = ref[:-3].replace("/", ".").removeprefix(f"{BUILTIN_PACKAGE}.")
+        return f"a module name, without .py: {name!r}"
     parts = ref.split(".")
     if not all(p.isidentifier() for p in parts):
         return ("a module name made of Python identifiers joined by dots: frozenlake for "

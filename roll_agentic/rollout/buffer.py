@@ -450,9 +450,10 @@ def _what_to_check(status: str, share: TaskShare | None) -> str:
         file = shown_as(share.reward) if share is not None and share.reward else "the task's reward module"
         where = ""
         if share is not None and share.reward_state_dir:  # the run's emulator, stopped with it: its log file
-            where = f"; the traceback is in {share.reward_state_dir}/logs/{share.reward_function}.log"
+            where = (f"; if it raised, the traceback is in "
+                     f"{share.reward_state_dir}/logs/{share.reward_function}.log")
         elif share is not None and share.reward_function:
-            where = f" (deployed as the function {share.reward_function}: its log has the traceback)"
+            where = f" (deployed as the function {share.reward_function}: if it raised, its log has the traceback)"
         return (f"Fix {file}: it raises (or returns no number) on the summaries real episodes send it; "
                 f"the run's start check only calls reward(summary) once on a one-turn summary, and a "
                 f"serverless run calls handler(event, context){where}")

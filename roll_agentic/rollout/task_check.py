@@ -166,6 +166,18 @@ def _reward_problem(name: str, summary: dict, need_handler: bool = False) -> str
     if value is None:
         return (f"reward {name!r}: {file}'s reward(summary) must return a finite number "
                 f"(or {{'reward': number}}); {why}")
+    if need_handler:
+        # What the Lambda runtime calls: a handler returning {"score": ...} passed the check
+        # above and failed every trajectory of the run (reward_failed), a minute later.
+        result, error, finished = _call_in_thread(
+            functools.partial(module.handler, summary, None), REWARD_CHECK_TIMEOUT_S)
+        if finished and error is not None:
+            return (f"reward {name!r}: {file}'s handler(event, context) raised {type(error).__name__}: "
+                    f"{error} on a one-turn episode's summary as the event")
+        value, why = parse_reward(result)
+        if finished and value is None:
+            return (f"reward {name!r}: {file}'s handler(event, context) must return "
+                    f"{{'reward': number}}, as `return {{'reward': reward(event)}}` does; {why}")
     return ""
 
 

@@ -80,9 +80,31 @@ def start_ray(cfg: Config) -> bool:
             if started:
                 ray.shutdown()
             raise RuntimeError(problem)
-    elif warning := cluster_shortfall_warning(cfg, ray.cluster_resources()):
-        print(warning, flush=True)
+    else:
+        if warning := cluster_shortfall_warning(cfg, ray.cluster_resources()):
+            print(warning, flush=True)
+        nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+        problem = emulator_reach_problem(cfg, nodes)
+        if problem and nodes > 1:
+            if started:
+                ray.shutdown()
+            raise RuntimeError(problem)
+        if problem:  # one node now: the emulator reaches it; an autoscaler may add others
+            print(f"warning: {problem}", flush=True)
     return started
+
+
+def emulator_reach_problem(cfg: Config, nodes: int) -> str:
+    """Why rollout workers on a joined cluster of `nodes` nodes may not reach the run's own
+    reward emulator, or "". It listens on the driver's 127.0.0.1 only (nothing this
+    project starts listens elsewhere), and a worker on another node calls its own."""
+    if not cfg.ray.address or cfg.reward.mode != "serverless" or cfg.reward.endpoint_url:
+        return ""
+    return (f"reward.mode=serverless starts the reward emulator on this machine's 127.0.0.1, which rollout "
+            f"workers on the cluster's other nodes cannot reach ({nodes} node(s) now): set "
+            "reward.endpoint_url to a Lambda service every node reaches (AWS Lambda: "
+            "reward.endpoint_url=https://lambda.<region>.amazonaws.com), or compute rewards in the "
+            "rollout workers with reward=local")
 
 
 def spawn_engines(cfg: Config, model_path: str, base_seed: int, engines: list | None = None,

@@ -57,7 +57,9 @@ def test_names_map_to_modules_files_and_functions():
     ("", "a module name"),
     ("my-reward", "Python identifiers joined by dots"),
     ("my_pkg..x", "Python identifiers joined by dots"),
-    ("rewards/frozenlake.py", "Python identifiers joined by dots"),
+    ("rewards/frozenlake.py", "without .py: 'frozenlake'"),
+    ("my_pkg/my_reward.py", "without .py: 'my_pkg.my_reward'"),
+    ("my_reward.py", "without .py: 'my_reward'"),
     ("rewards.frozenlake", "'frozenlake' alone for a module in rewards/"),
 ])
 def test_a_name_that_cannot_be_a_module_is_refused_with_what_to_write(ref, says):

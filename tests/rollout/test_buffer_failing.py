@@ -54,7 +54,7 @@ def test_a_reward_that_raises_on_every_episode_stops_the_run_at_once_naming_the_
         f"with an error of the task's own code: reward_failed: {REWARD_BUG}. A re-roll meets it again, so "
         "the run stops now (rollout.max_failing_s = 300 s")
     assert "Fix my_pkg/scoring.py" in error
-    assert error.endswith("the traceback is in outputs/run/serverless/logs/roll-agentic-scoring.log")
+    assert error.endswith("if it raised, the traceback is in outputs/run/serverless/logs/roll-agentic-scoring.log")
 
 
 def test_an_env_that_raises_names_the_env_check_to_run():

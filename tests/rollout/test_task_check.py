@@ -167,3 +167,27 @@ def test_serverless_mode_needs_the_handler_local_mode_does_not(user_rewards):
     problem = task_problem(tasks, "serverless")
     assert problem.startswith("tasks[0] (cliff): reward 'no_handler': ") and "handler(event, context)" in problem
     assert "reward=local" in problem
+
+
+@pytest.mark.parametrize("handler, message", [
+    ("def handler(event, context):\n    return {'score': reward(event)}\n",
+     "handler(event, context) must return {'reward': number}, as `return {'reward': reward(event)}` does; "
+     "the reward function returned a dict without a 'reward' key: ['score']"),
+    ("def handler(event, context):\n    return event['body']\n",
+     "handler(event, context) raised KeyError: 'body' on a one-turn episode's summary as the event"),
+])
+def test_serverless_mode_calls_the_handler_once_too(user_rewards, handler, message):
+    """Before, a handler that returned {'score': ...} passed the start and failed every
+    trajectory of the run (reward_failed), about a minute later."""
+    name = user_rewards("bad_handler", "def reward(summary):\n    return 1.0\n" + handler)
+    tasks = [TaskConfig(name="cliff", env_id="CliffWalking-v1", reward=name)]
+    assert task_problem(tasks, "local") == ""
+    problem = task_problem(tasks, "serverless")
+    assert problem.startswith("tasks[0] (cliff): reward 'bad_handler': ") and message in problem, problem
+
+
+def test_every_shipped_reward_handler_passes_in_serverless_mode():
+    shipped = [("envs.frozenlake:FrozenLakeText", "frozenlake"), ("envs.guess_number:GuessNumber", "guess_number"),
+               ("envs.tail_turns:TailTurnsEnv", "env_return"), ("envs.single_turn:SingleTurnPrompt", "code_exec")]
+    tasks = [TaskConfig(name=f"t{i}", env_id=e, reward=r) for i, (e, r) in enumerate(shipped)]
+    assert task_problem(tasks, "serverless") == ""
