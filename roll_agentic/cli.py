@@ -7,6 +7,7 @@ Each subcommand has --help. Training takes Hydra overrides (key=value) after
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import shlex
@@ -208,12 +209,13 @@ def _config_arguments(p: argparse.ArgumentParser) -> None:
                    help="a yaml of your own run; `defaults: [config, _self_]` at its top starts it from "
                         "the default run (overrides on the command line still apply on top)")
     p.add_argument("--config-dir", default=None, help="directory holding config.yaml (default: the repo's conf/)")
-    p.add_argument("--config-name", default="config", help="config file name without .yaml")
+    p.add_argument("--config-name", default="config", help="config file name without .yaml (default: %(default)s)")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The whole command line; with `only`, of the optional commands just that one."""
+    """The whole command line; with `only`, of the optional commands just that one ("": none)."""
     parser = argparse.ArgumentParser(prog="roll-agentic", description="Agentic RL post-training for LLMs.")
+    parser.add_argument("--version", action="version", version=f"roll-agentic {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train a policy (hydra overrides follow)", epilog=TRAIN_EPILOG,
@@ -228,8 +230,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("model", help="model utilities")
     msub = p.add_subparsers(dest="model_command", required=True)
     t = msub.add_parser("tiny", help="build the tiny Qwen2 model and tokenizer locally (no download)")
-    t.add_argument("--out", default=".cache/tiny-model", help="output directory")
-    t.add_argument("--seed", type=int, default=0, help="initialisation seed")
+    t.add_argument("--out", default=".cache/tiny-model", help="output directory (default: %(default)s)")
+    t.add_argument("--seed", type=int, default=0, help="initialisation seed (default: %(default)s)")
     t.add_argument("--force", action="store_true", help="rebuild even if an up-to-date model is there")
     t.set_defaults(func=_cmd_model_tiny)
     from roll_agentic.arg_types import at_least
@@ -242,14 +244,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     x.add_argument("--base", default=None, help="the model the run trained from (default: the one its "
                                                  "checkpoint or config names)")
     x.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
-                   help="the weights' dtype (default: the base model's)")
+                   help="the weights' dtype (default: auto, the base model's)")
     x.set_defaults(func=_cmd_model_export)
 
     p = sub.add_parser("env", help="environment utilities")
     esub = p.add_subparsers(dest="env_command", required=True)
     c = esub.add_parser("check", help="conformance check of an env: types, text round trip, determinism")
     c.add_argument("env_id", help="a registered gymnasium id or module:Class")
-    c.add_argument("--kwargs", default="", help="env kwargs as a JSON object")
+    c.add_argument("--kwargs", default="", help="env kwargs as a JSON object (default: none)")
     c.add_argument("--seed", type=at_least(0), default=0, help="the first reset's seed (>= 0)")
     c.set_defaults(func=_cmd_env_check)
     n = esub.add_parser("new", help="write a working env and reward package to start a task from")
@@ -260,7 +262,49 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     for name, module in OPTIONAL_COMMANDS.items():
         if only is None or only == name:
             _add_optional(sub, name, module)
+    return name_commands(parser)
+
+
+def _no_command(parser: argparse.ArgumentParser, commands: tuple[str, ...], _args: argparse.Namespace) -> int:
+    parser.error(f"the following arguments are required: COMMAND ({', '.join(commands)})")
+    return 2  # not reached: error() exits
+
+
+def name_commands(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Each group's subcommands shown as COMMAND, and a group given none names those it has.
+
+    argparse named a missing one by its internal dest: `roll-agentic serverless` said
+    "the following arguments are required: serverless_cmd" (`sim`: sim_command). Now every
+    group says "... required: COMMAND (start, deploy, ...)". The group's own default `func`
+    says it, so that a subcommand given is parsed as before (its `func` replaces the group's).
+    """
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        action.metavar = "COMMAND"
+        if action.required:
+            action.required = False
+            parser.set_defaults(func=functools.partial(_no_command, parser, tuple(action.choices)))
+        for child in action.choices.values():
+            name_commands(child)
     return parser
+
+
+def version() -> str:
+    """The installed distribution's version, else (a checkout run without installing) pyproject.toml's."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("roll-agentic")
+    except PackageNotFoundError:
+        import tomllib
+
+        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        try:
+            return tomllib.loads(pyproject.read_text())["project"]["version"]
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            return "unknown"
 
 
 # Commands registered by their own packages. Some (bench) import torch and Ray to
@@ -318,8 +362,12 @@ def main(argv: list[str] | None = None) -> int:
     command = argv[0] if argv and not argv[0].startswith("-") else None
     # A command line naming a command builds that command's parser alone: `env check`
     # imported bench (torch and Ray, ~10 s) just to list it. A typo or no command gets
-    # them all, for the list of choices.
-    parser = build_parser(only=command if command in (*OPTIONAL_COMMANDS, *CORE_COMMANDS) else None)
+    # them all, for the list of choices; `--version` none of the optional ones.
+    if command in (*OPTIONAL_COMMANDS, *CORE_COMMANDS):
+        only = command
+    else:
+        only = "" if argv[:1] == ["--version"] else None
+    parser = build_parser(only=only)
     args, extras = parser.parse_known_args(argv)
     if extras:
         _unrecognized(parser, argv, extras)

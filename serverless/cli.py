@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import difflib
 import functools
 import json
 import os
@@ -21,6 +22,8 @@ from roll_agentic.arg_types import at_least, non_negative, positive
 from serverless import deploy as deploy_mod
 
 DEFAULT_STATE_DIR = os.environ.get("ROLL_AGENTIC_SERVERLESS_STATE_DIR", ".cache/serverless")
+FUNCTION_PREFIX = deploy_mod.FUNCTION_PREFIX  # what `deploy` puts before a module's name
+LIST_SHOWS = "`roll-agentic serverless list` shows the deployed names"
 
 
 def _endpoint(args: argparse.Namespace) -> str:
@@ -117,11 +120,43 @@ def _service_errors(cmd):
             return cmd(args)
         except ClientError as e:
             err = e.response.get("Error", {})
-            raise SystemExit(f"{args.serverless_cmd}: {err.get('Code', 'error')}: {err.get('Message', e)}") from None
+            code = err.get("Code", "error")
+            hint = _name_hint(args) if code == "ResourceNotFoundException" else ""
+            raise SystemExit(f"{args.serverless_cmd}: {code}: {err.get('Message', e)}{hint}") from None
         except (BotoCoreError, OSError, ValueError) as e:  # ValueError: e.g. a module no runtime can import
-            raise SystemExit(f"{args.serverless_cmd}: {e}") from None
+            hint = _name_hint(args) if str(e).startswith("ResourceNotFoundException") else ""  # `logs`
+            raise SystemExit(f"{args.serverless_cmd}: {e}{hint}") from None
 
     return run
+
+
+def _name_hint(args: argparse.Namespace) -> str:
+    """"; did you mean roll-agentic-my_reward? (...)" for a function name that is not deployed (`invoke`, `logs`).
+
+    `deploy rewards/my_reward.py` names its function roll-agentic-my_reward, and
+    `invoke my_reward` then failed with a bare "Function not found". The deployed
+    names are asked for; where the emulator cannot say, a name without the prefix
+    still gets the prefixed one.
+    """
+    name = getattr(args, "name", None)
+    if args.serverless_cmd not in ("invoke", "logs") or not name or ":" in name:  # an ARN: as given
+        return ""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        client = _client(args)
+        deployed = [f["FunctionName"] for page in client.get_paginator("list_functions").paginate()
+                    for f in page["Functions"]]
+    except (BotoCoreError, ClientError, OSError):
+        deployed = None
+    prefixed = f"{FUNCTION_PREFIX}{name}"
+    if not name.startswith(FUNCTION_PREFIX) and (deployed is None or prefixed in deployed):
+        guess = prefixed
+    else:  # a misspelt name: compared without the prefix, which every deployed name shares
+        stems = {d.removeprefix(FUNCTION_PREFIX): d for d in deployed or []}
+        close = difflib.get_close_matches(name.removeprefix(FUNCTION_PREFIX), list(stems), n=1, cutoff=0.6)
+        guess = stems[close[0]] if close else ""
+    return f"; did you mean {guess}? ({LIST_SHOWS})" if guess else f" ({LIST_SHOWS})"
 
 
 def cmd_start(args: argparse.Namespace) -> int:
@@ -143,7 +178,11 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 @_service_errors
 def cmd_deploy(args: argparse.Namespace) -> int:
-    spec = deploy_mod.spec_for(_module_path(args.path), name=args.name, handler=args.handler,
+    path = _module_path(args.path)
+    missing = "" if path.exists() or path.with_suffix(".py").is_file() else _nothing_at(args.path)
+    if missing:
+        raise FileNotFoundError(missing)
+    spec = deploy_mod.spec_for(path, name=args.name, handler=args.handler,
                                memory_mb=args.memory, timeout_s=args.timeout)
     cfg = deploy_mod.deploy(_client(args), spec)
     if spec.missing_on_lambda:
@@ -173,6 +212,37 @@ def _module_path(given: str) -> Path:
         return source_file(given)
     except FileNotFoundError:
         return path
+
+
+def _nothing_at(given: str) -> str:
+    """Why there is nothing to deploy at `given`, with the closest name there is, or "" (then spec_for says it).
+
+    `deploy my_rewrd` said only "nothing to deploy at my_rewrd", where `train` says of the
+    same reward "(did you mean my_reward?)": the same hint, from the same place (`source_file`).
+    """
+    path = Path(given)
+    if "/" in given or given.endswith(".py"):
+        close = _close_entry(path)
+        return f"nothing to deploy at {given}: no such file or folder (did you mean {close}?)" if close else ""
+    from roll_agentic.reward.reward_ref import source_file, syntax_problem
+
+    if syntax_problem(given):
+        return ""
+    try:
+        source_file(given)
+    except FileNotFoundError as err:
+        return f"nothing to deploy at {given}: no such file or folder here, and {err}"
+    return ""
+
+
+def _close_entry(path: Path) -> str:
+    """The entry of `path`'s folder closest to its name (rewards/code_exec.py for rewards/code_exe.py), or ""."""
+    try:
+        names = [p.name for p in path.parent.iterdir() if p.is_dir() or p.suffix == ".py"]
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(path.name, names, n=1, cutoff=0.6)
+    return str(path.parent / close[0]) if close else ""
 
 
 @_service_errors
@@ -238,8 +308,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser, client: bool = True) -> None:
-    p.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help="the emulator's state directory (functions, logs, endpoint.json)")
-    p.add_argument("--region", default="us-east-1", help="region name used in ARNs and signatures")
+    p.add_argument("--state-dir", default=DEFAULT_STATE_DIR,
+                   help="the emulator's state directory: functions, logs, endpoint.json (default: %(default)s; "
+                        "$ROLL_AGENTIC_SERVERLESS_STATE_DIR sets it)")
+    p.add_argument("--region", default="us-east-1", help="region name used in ARNs and signatures (default: %(default)s)")
     p.add_argument("--access-key", default=None, help="access key id (default: $ROLL_AGENTIC_SERVERLESS_ACCESS_KEY)")
     p.add_argument("--secret-key", default=None, help="secret key (default: $ROLL_AGENTIC_SERVERLESS_SECRET_KEY)")
     if client:
@@ -254,30 +326,32 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
     p = sub.add_parser("start", help="run the emulator in the foreground (until `stop` or Ctrl-C)")
     _common(p, client=False)
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback only unless --allow-remote)")
-    p.add_argument("--port", type=_port, default=9001, help="port to listen on (0 = any free port)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on, loopback only unless --allow-remote (default: %(default)s)")
+    p.add_argument("--port", type=_port, default=9001, help="port to listen on, 0 = any free port (default: %(default)s)")
     p.add_argument("--account-concurrency", type=at_least(1), default=1000,
-                   help="account-wide concurrent executions (AWS default 1000)")
-    p.add_argument("--keep-alive", type=non_negative, default=300.0, help="seconds an idle execution environment stays warm")
+                   help="account-wide concurrent executions (default: %(default)s, as AWS's)")
+    p.add_argument("--keep-alive", type=non_negative, default=300.0, help="seconds an idle execution environment stays warm (default: %(default)s)")
     p.add_argument("--event-retry-delay", type=non_negative, default=1.0,
-                   help="seconds before retrying a failed Event invocation (doubles)")
+                   help="seconds before retrying a failed Event invocation, doubling at each retry (default: %(default)s)")
     p.add_argument("--max-event-backlog", type=at_least(1), default=10_000,
-                   help="Event invocations queued or running at most; more are refused with a 429 (boto3 retries it)")
+                   help="Event invocations queued or running at most; more are refused with a 429, which boto3 "
+                        "retries (default: %(default)s)")
     p.add_argument("--max-event-backlog-mb", type=positive, default=256.0,
-                   help="MB of Event payloads queued or running at most")
+                   help="MB of Event payloads queued or running at most (default: %(default)s)")
     p.add_argument("--state-transition-delay", type=non_negative, default=0.3,
                    help="seconds a new function stays Pending and an update InProgress at least; what arrives "
-                        "meanwhile gets AWS's 409 ResourceConflictException (wait with the boto3 waiters)")
+                        "meanwhile gets AWS's 409 ResourceConflictException; wait with the boto3 waiters (default: %(default)s)")
     p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host (the emulator runs any code it is sent)")
     p.add_argument("--parent-pid", type=int, default=0,
-                   help="stop once this process is gone (training runs pass their own, so none is left behind)")
+                   help="stop once this process is gone; training runs pass their own, so none is left behind "
+                        "(default: 0, none)")
     p.set_defaults(func=cmd_start)
 
     p = sub.add_parser("deploy", help="zip a module (e.g. rewards/code_exec.py) or directory and create or update the function")
     _common(p)
     p.add_argument("path", help="a .py module (handler `<module>.handler`), a directory (give --handler), or a "
                                 "module named as a task's reward names it (code_exec, my_pkg.scoring)")
-    p.add_argument("--name", default=None, help="function name (default: roll-agentic-<module>)")
+    p.add_argument("--name", default=None, help=f"function name (default: {FUNCTION_PREFIX}<module>)")
     p.add_argument("--handler", default=None, help="handler as module.function (default: <module>.handler)")
     p.add_argument("--memory", type=_lambda_limit(128, 10240, "MB"), default=None,
                    help="MemorySize in MB, 128 to 10240 (default: LAMBDA_MEMORY_MB in the module, else 256)")
@@ -292,16 +366,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
     p = sub.add_parser("invoke", help="invoke a function and print its response")
     _common(p)
-    p.add_argument("name", help="function name")
-    p.add_argument("--payload", default="{}", help="the event as JSON")
+    p.add_argument("name", help=f"function name, as `list` shows it ({FUNCTION_PREFIX}<module> for what `deploy` named)")
+    p.add_argument("--payload", default="{}", help="the event as JSON (default: %(default)s)")
     p.add_argument("--event", action="store_true", help="asynchronous invocation (InvocationType=Event)")
     p.add_argument("--log", action="store_true", help="print the log tail (with its REPORT line) to stderr")
     p.set_defaults(func=cmd_invoke)
 
     p = sub.add_parser("logs", help="the last lines of a function's log")
     _common(p)
-    p.add_argument("name", help="function name")
-    p.add_argument("--lines", type=int, default=50, help="how many lines")
+    p.add_argument("name", help=f"function name, as `list` shows it ({FUNCTION_PREFIX}<module> for what `deploy` named)")
+    p.add_argument("--lines", type=at_least(1), default=50, help="how many of the last lines (default: %(default)s)")
     p.set_defaults(func=cmd_logs)
 
     p = sub.add_parser("stop", help="stop the running emulator")
@@ -311,9 +385,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from roll_agentic.cli import name_commands
+
     parser = argparse.ArgumentParser(prog="python -m serverless.cli")
     sub = parser.add_subparsers(dest="cmd", required=True)
-    add_parser(sub)
+    name_commands(add_parser(sub))
     args = parser.parse_args(["serverless", *(sys.argv[1:] if argv is None else argv)])
     return args.func(args)
 

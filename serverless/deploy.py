@@ -147,7 +147,10 @@ def _missing_imports(tree: ast.Module) -> list[str]:
     return sorted(n for n in names if n not in sys.stdlib_module_names and n not in LAMBDA_RUNTIME_PACKAGES)
 
 
-def spec_for(path: Path, name: str | None = None, prefix: str = "roll-agentic-", handler: str | None = None,
+FUNCTION_PREFIX = "roll-agentic-"  # rewards/my_reward.py is deployed as roll-agentic-my_reward
+
+
+def spec_for(path: Path, name: str | None = None, prefix: str = FUNCTION_PREFIX, handler: str | None = None,
              memory_mb: int | None = None, timeout_s: int | None = None) -> DeploySpec:
     """What to deploy for `rewards/<module>.py` (or a directory with `handler` given)."""
     path = Path(path)

@@ -329,3 +329,117 @@ def test_a_job_past_its_slo_gets_a_line_of_its_own():
     summary = {"job_slo_met": {"a": True, "b": False, "c": None}, "job_slowdown": {"a": 1.1, "b": 1.62, "c": None},
                "job_slo": {"a": 1.5, "b": 1.5, "c": 2.0}, "job_slowdown_basis": {"b": "solo pass"}}
     assert slo_misses(summary) == ["b missed its SLO: 1.62x its solo pass iteration, past 1.50x"]
+
+
+def _help(capsys, *argv: str) -> str:
+    """`roll-agentic ARGV --help`, its lines joined (argparse wraps a help text anywhere)."""
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--help"])
+    assert exit_.value.code == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_version_is_the_distributions():
+    """`roll-agentic --version`: the installed distribution's version, and builds no optional command."""
+    import importlib.metadata
+    import subprocess
+    import sys
+
+    code = ("import sys; from roll_agentic.cli import main\n"
+            "try:\n    main(['--version'])\nexcept SystemExit as e:\n    print(e.code, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.splitlines() == [f"roll-agentic {importlib.metadata.version('roll-agentic')}", "0 False"], out.stderr
+
+
+def test_version_without_the_distribution_is_pyprojects(monkeypatch):
+    import importlib.metadata
+    import tomllib
+    from pathlib import Path
+
+    from roll_agentic import cli
+
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    pyproject = tomllib.loads((Path(cli.__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert pyproject["project"]["name"] == "roll-agentic"
+    assert cli.version() == pyproject["project"]["version"]
+
+
+@pytest.mark.parametrize("argv, commands", [
+    ([], "train, eval, model, env, serverless, sim, bench, mux"),
+    (["model"], "tiny, export"),
+    (["env"], "check, new"),
+    (["serverless"], "start, deploy, list, invoke, logs, stop"),
+    (["sim"], "compare, optimality, scale, repack, affinity"),
+    (["bench"], "engine, rollout, serverless, tail, reliability, switch, lora"),
+    (["mux"], "run, submit, status, cancel"),
+])
+def test_a_group_without_its_command_names_the_commands_it_has(argv, commands, capsys):
+    """`roll-agentic serverless` said "the following arguments are required: serverless_cmd" (sim:
+    sim_command, bench: bench_command): argparse's internal names, not what to type."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert f"error: the following arguments are required: COMMAND ({commands})" in err
+    assert "_cmd" not in err and "_command" not in err
+    assert f"usage: roll-agentic {' '.join(argv)}{' ' if argv else ''}[-h]" in err
+
+
+def test_the_standalone_serverless_cli_names_the_commands_too(capsys):
+    from serverless import cli
+
+    with pytest.raises(SystemExit):
+        cli.main([])
+    assert "required: COMMAND (start, deploy, list, invoke, logs, stop)" in capsys.readouterr().err
+
+
+def _all_arguments():
+    import argparse
+
+    from roll_agentic.cli import build_parser
+
+    def walk(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from walk(sub, [*path, name])
+            elif not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+                yield " ".join(path), action
+
+    return list(walk(build_parser(), []))
+
+
+def test_every_argument_has_help_and_every_option_its_default():
+    """`bench reliability --load-rounds` and `mux cancel name` had no help, `bench tail --steps`,
+    `serverless start --port` and others no word of their default."""
+    missing, silent = [], []
+    for command, action in _all_arguments():
+        name = "/".join(action.option_strings) or action.dest
+        if not action.help:
+            missing.append(f"{command} {name}")
+        elif (action.option_strings and action.default not in (None, False, "")
+              and "default" not in action.help.lower()):
+            silent.append(f"{command} {name} (default {action.default!r})")
+    assert not missing, f"no help: {missing}"
+    assert not silent, f"a default the help does not say: {silent}"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["bench", "tail"], ["--steps STEPS steps measured per mode (default: 20)"]),
+    (["bench", "reliability"], ["--load-rounds LOAD_ROUNDS rounds of the load test", "(default: 3)"]),
+    (["serverless", "start"], ["(default: 9001)", "stays warm (default: 300.0)",
+                               "endpoint.json (default: {state_dir};"]),
+    (["serverless", "logs"], ["how many of the last lines (default: 50)"]),
+    (["model", "tiny"], ["output directory (default: .cache/tiny-model)", "initialisation seed (default: 0)"]),
+    (["mux", "run"], ["seconds between status prints (default: 15.0)"]),
+    (["mux", "cancel"], ["name the job's name, as `mux status` lists it"]),
+])
+def test_help_says_the_defaults(argv, says, capsys):
+    from serverless.cli import DEFAULT_STATE_DIR  # the environment's, else .cache/serverless
+
+    text = _help(capsys, *argv)
+    for part in says:
+        assert part.format(state_dir=DEFAULT_STATE_DIR) in text, text

@@ -185,11 +185,11 @@ def _main(args) -> int:
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("engine", help="framework rollout path vs the same engine driven directly")
-    p.add_argument("--backend", default="auto", help="auto | vllm | hf")
-    p.add_argument("--episodes", type=at_least(1), default=128, help="single-turn episodes per measurement")
-    p.add_argument("--max-tokens", type=at_least(1), default=128, help="tokens generated per episode")
-    p.add_argument("--group-size", type=at_least(1), default=8)
-    p.add_argument("--workers", type=at_least(1), default=2, help="rollout worker actors")
-    p.add_argument("--repeats", type=at_least(1), default=8, help="alternating measurements of each side")
+    p.add_argument("--backend", default="auto", help="auto | vllm | hf (default: %(default)s)")
+    p.add_argument("--episodes", type=at_least(1), default=128, help="single-turn episodes per measurement (default: %(default)s)")
+    p.add_argument("--max-tokens", type=at_least(1), default=128, help="tokens generated per episode (default: %(default)s)")
+    p.add_argument("--group-size", type=at_least(1), default=8, help="episodes per prompt (one seed) (default: %(default)s)")
+    p.add_argument("--workers", type=at_least(1), default=2, help="rollout worker actors (default: %(default)s)")
+    p.add_argument("--repeats", type=at_least(1), default=8, help="alternating measurements of each side (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=reporting_errors("engine", _main))

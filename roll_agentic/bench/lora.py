@@ -138,8 +138,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     d = LoraBenchConfig()
     add_model_options(p, d)
-    p.add_argument("--rank", type=at_least(1), default=d.rank, help="LoRA rank")
-    p.add_argument("--steps", type=at_least(1), default=d.steps, help="training steps of each (>= 2)")
+    p.add_argument("--rank", type=at_least(1), default=d.rank, help="LoRA rank (default: %(default)s)")
+    p.add_argument("--steps", type=at_least(1), default=d.steps, help="training steps of each, at least 2 (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=_run)
     return p

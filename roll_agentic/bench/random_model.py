@@ -41,11 +41,11 @@ def check_model_options(bench: str, device: str, hidden: int) -> None:
 
 def add_model_options(p: argparse.ArgumentParser, defaults) -> None:
     """--device, --hidden, --layers, --vocab and --seed, defaulting to `defaults`' fields."""
-    p.add_argument("--device", default=defaults.device, help="trainer device: cpu or cuda")
-    p.add_argument("--hidden", type=at_least(1), default=defaults.hidden, help="hidden size (multiple of 64)")
-    p.add_argument("--layers", type=at_least(1), default=defaults.layers, help="decoder layers")
-    p.add_argument("--vocab", type=at_least(1), default=defaults.vocab, help="vocabulary size")
-    p.add_argument("--seed", type=at_least(0), default=defaults.seed)
+    p.add_argument("--device", default=defaults.device, help="trainer device: cpu, cuda or cuda:N (default: %(default)s)")
+    p.add_argument("--hidden", type=at_least(1), default=defaults.hidden, help="hidden size, a multiple of 64 (default: %(default)s)")
+    p.add_argument("--layers", type=at_least(1), default=defaults.layers, help="decoder layers (default: %(default)s)")
+    p.add_argument("--vocab", type=at_least(1), default=defaults.vocab, help="vocabulary size (default: %(default)s)")
+    p.add_argument("--seed", type=at_least(0), default=defaults.seed, help="seed of the random weights (default: %(default)s)")
 
 
 def sync_device(device: str) -> None:

@@ -323,12 +323,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Adds the `reliability` benchmark to the `bench` command's subparsers."""
     p = subparsers.add_parser("reliability", help="faults injected into real runs; kill mid-checkpoint; load",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=at_least(1), default=3, help="training steps of each fault run")
-    p.add_argument("--ckpt-rounds", dest="ckpt_rounds", type=at_least(1), default=8, help="trainer kills")
+    p.add_argument("--steps", type=at_least(1), default=3, help="training steps of each fault run (default: %(default)s)")
+    p.add_argument("--ckpt-rounds", dest="ckpt_rounds", type=at_least(1), default=8, help="trainer kills mid-checkpoint (default: %(default)s)")
     p.add_argument("--load-trajectories", dest="load_trajectories", type=at_least(1), default=1000,
-                   help="trajectories in flight at once in the load test (a multiple of 8)")
-    p.add_argument("--load-rounds", dest="load_rounds", type=at_least(1), default=3)
-    p.add_argument("--seed", type=at_least(0), default=0)
+                   help="trajectories in flight at once in the load test, a multiple of 8 (default: %(default)s)")
+    p.add_argument("--load-rounds", dest="load_rounds", type=at_least(1), default=3,
+                   help="rounds of the load test, each --load-trajectories at once (default: %(default)s)")
+    p.add_argument("--seed", type=at_least(0), default=0, help="seed of the fault runs and the load test (default: %(default)s)")
     p.add_argument("--workdir", default="", help="keep run folders here (default: a temp dir)")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=_run)

@@ -242,20 +242,26 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("rollout", help="trajectory-level async rollout vs batch-synchronous, same engine",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     d = RolloutBenchConfig()
-    p.add_argument("--episodes", type=at_least(1), default=d.episodes, help="trajectories per mode")
-    p.add_argument("--concurrency", type=at_least(1), default=d.concurrency, help="episodes in flight / sync batch size")
-    p.add_argument("--group-size", dest="group_size", type=at_least(1), default=d.group_size, help="episodes per seed")
-    p.add_argument("--backend", default=d.backend, choices=["hf", "vllm", "auto"], help="rollout engine")
-    p.add_argument("--engines", type=at_least(1), default=d.engines, help="engines shared by both modes")
-    p.add_argument("--min-turns", dest="min_turns", type=at_least(1), default=d.min_turns)
-    p.add_argument("--max-turns", dest="max_turns", type=at_least(1), default=d.max_turns)
-    p.add_argument("--distribution", default=d.distribution, choices=["lognormal", "pareto"])
-    p.add_argument("--latency-median-s", dest="latency_median_s", type=non_negative, default=d.latency_median_s)
+    p.add_argument("--episodes", type=at_least(1), default=d.episodes, help="trajectories per mode (default: %(default)s)")
+    p.add_argument("--concurrency", type=at_least(1), default=d.concurrency, help="episodes in flight (async) and batch size (sync) (default: %(default)s)")
+    p.add_argument("--group-size", dest="group_size", type=at_least(1), default=d.group_size, help="episodes per seed (default: %(default)s)")
+    p.add_argument("--backend", default=d.backend, choices=["hf", "vllm", "auto"], help="rollout engine (default: %(default)s)")
+    p.add_argument("--engines", type=at_least(1), default=d.engines, help="engines shared by both modes (default: %(default)s)")
+    p.add_argument("--min-turns", dest="min_turns", type=at_least(1), default=d.min_turns,
+                   help="fewest turns of an episode (default: %(default)s)")
+    p.add_argument("--max-turns", dest="max_turns", type=at_least(1), default=d.max_turns,
+                   help="most turns of an episode (default: %(default)s)")
+    p.add_argument("--distribution", default=d.distribution, choices=["lognormal", "pareto"],
+                   help="distribution of an env step's latency (default: %(default)s)")
+    p.add_argument("--latency-median-s", dest="latency_median_s", type=non_negative, default=d.latency_median_s,
+                   help="median seconds of an env step (default: %(default)s)")
     p.add_argument("--latency-sigma", dest="latency_sigma", type=non_negative, default=d.latency_sigma,
-                   help="lognormal sigma (the tail's weight)")
-    p.add_argument("--latency-cap-s", dest="latency_cap_s", type=non_negative, default=d.latency_cap_s)
-    p.add_argument("--max-new-tokens", dest="max_new_tokens", type=at_least(1), default=d.max_new_tokens)
-    p.add_argument("--seed", type=at_least(0), default=d.seed)
+                   help="lognormal sigma, the tail's weight (default: %(default)s)")
+    p.add_argument("--latency-cap-s", dest="latency_cap_s", type=non_negative, default=d.latency_cap_s,
+                   help="longest seconds of an env step (default: %(default)s)")
+    p.add_argument("--max-new-tokens", dest="max_new_tokens", type=at_least(1), default=d.max_new_tokens,
+                   help="tokens generated per turn (default: %(default)s)")
+    p.add_argument("--seed", type=at_least(0), default=d.seed, help="workload seed (default: %(default)s)")
     p.add_argument("--model-path", dest="model_path", default="", help="local HF checkpoint (default: tiny model)")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=_run)

@@ -183,9 +183,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     d = SwitchBenchConfig()
     add_model_options(p, d)
-    p.add_argument("--rounds", type=at_least(1), default=d.rounds, help="rounds of two switches each (>= 2)")
+    p.add_argument("--rounds", type=at_least(1), default=d.rounds, help="rounds of two switches each, at least 2 (default: %(default)s)")
     p.add_argument("--lora-rank", type=at_least(0), default=d.lora_rank,
-                   help="also switch two LoRA jobs of this rank warm, adapters only resident (0: skip)")
+                   help="also switch two LoRA jobs of this rank warm, adapters only resident; 0: skip (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=_run)
     return p

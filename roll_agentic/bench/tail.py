@@ -225,16 +225,16 @@ def _main(args) -> int:
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("tail", help="tail batching vs synchronous rollout; streamed vs plain update")
-    p.add_argument("--backend", default="auto", help="auto (vllm where it imports) | vllm | hf")
-    p.add_argument("--prompts", type=at_least(1), default=8, help="P0: prompts per step")
-    p.add_argument("--responses", type=at_least(1), default=4, help="R0: responses per prompt")
-    p.add_argument("--steps", type=at_least(1), default=20, help="steps measured per mode")
-    p.add_argument("--eta", type=positive, default=1.25, help="short-round over-provisioning")
-    p.add_argument("--workers", type=at_least(1), default=2)
-    p.add_argument("--prompt-sigma", type=non_negative, default=1.0, help="log-normal spread of episode length per prompt")
+    p.add_argument("--backend", default="auto", help="auto (vllm where it imports) | vllm | hf (default: %(default)s)")
+    p.add_argument("--prompts", type=at_least(1), default=8, help="P0: prompts per step (default: %(default)s)")
+    p.add_argument("--responses", type=at_least(1), default=4, help="R0: responses per prompt (default: %(default)s)")
+    p.add_argument("--steps", type=at_least(1), default=20, help="steps measured per mode (default: %(default)s)")
+    p.add_argument("--eta", type=positive, default=1.25, help="short-round over-provisioning (default: %(default)s)")
+    p.add_argument("--workers", type=at_least(1), default=2, help="rollout worker actors (default: %(default)s)")
+    p.add_argument("--prompt-sigma", type=non_negative, default=1.0, help="log-normal spread of episode length per prompt (default: %(default)s)")
     p.add_argument("--response-sigma", type=non_negative, default=1.8,
-                   help="log-normal spread of episode length between responses of one prompt")
+                   help="log-normal spread of episode length between responses of one prompt (default: %(default)s)")
     p.add_argument("--env-step-s", type=non_negative, default=0.1,
-                   help="wall time of each env step (a tool call that waits, not computes)")
+                   help="wall seconds of each env step, a tool call that waits, not computes (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=reporting_errors("tail", _main))

@@ -230,7 +230,7 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 def _where(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address-file", default="", help="the running multiplexer's current.json "
                    "(default: <output_dir>/current.json of --config, else outputs/mux/current.json)")
-    p.add_argument("--config", default="", help="the mux yaml the multiplexer was started with")
+    p.add_argument("--config", default="", help="the mux yaml the multiplexer was started with (default: none)")
 
 
 def add_parser(subparsers) -> None:
@@ -245,7 +245,7 @@ def add_parser(subparsers) -> None:
                         "job's with JOB:KEY=VALUE (a --resume takes the run's again unless others are given)")
     r.add_argument("--no-solo", action="store_true", help="skip the solo baseline (slowdowns are then taken against each job's profiled solo iteration)")
     r.add_argument("--serve", action="store_true", help="stay up after the listed jobs, for `mux submit` (Ctrl-C stops every job, checkpointed)")
-    r.add_argument("--status-every", type=positive, default=15.0, help="seconds between status prints")
+    r.add_argument("--status-every", type=positive, default=15.0, help="seconds between status prints (default: %(default)s)")
     r.add_argument("--quiet", action="store_true", help="no periodic status")
     r.add_argument("--run-name", default="", help="run dir name under output_dir (default: <name>-<time>)")
     r.add_argument("--resume", nargs="?", const="latest", default="", metavar="RUN",
@@ -266,6 +266,6 @@ def add_parser(subparsers) -> None:
     st.set_defaults(func=_cmd_status)
 
     c = sub.add_parser("cancel", help="cancel a job; its permits and residency are released")
-    c.add_argument("name")
+    c.add_argument("name", help="the job's name, as `mux status` lists it")
     _where(c)
     c.set_defaults(func=_cmd_cancel)

@@ -115,3 +115,65 @@ def test_a_file_without_its_handler_is_refused_at_deploy(tmp_path, capsys):
     bound = tmp_path / "bound.py"  # a handler bound otherwise than by `def` still counts
     bound.write_text("from json import loads as handler\n")
     assert spec_for(bound).handler == "bound.handler"
+
+
+@pytest.mark.parametrize("given, says", [
+    ("code_exe", "nothing to deploy at code_exe: no such file or folder here, and reward 'code_exe' is "
+                 "not a module in rewards/ (did you mean code_exec?)"),
+    ("rewards/code_exe.py", "nothing to deploy at rewards/code_exe.py: no such file or folder "
+                            "(did you mean rewards/code_exec.py?)"),
+])
+def test_deploy_of_a_misspelt_reward_names_the_close_one(capsys, monkeypatch, given, says):
+    """`train` said "did you mean my_reward?" for `reward: my_rewrd`; `deploy my_rewrd` said only
+    "nothing to deploy at my_rewrd: expected a .py module or a directory"."""
+    monkeypatch.chdir(cli.Path(__file__).resolve().parents[2])  # the repo: rewards/code_exec.py
+    code, err = _deploy(capsys, given)
+    assert isinstance(code, str) and "\n" not in code and "Traceback" not in err
+    assert code == f"deploy: {says}"
+
+
+def test_deploy_of_a_name_with_nothing_close_says_as_before(tmp_path, capsys):
+    code, _err = _deploy(capsys, str(tmp_path / "zzz_nothing.py"))
+    assert code == f"deploy: nothing to deploy at {tmp_path / 'zzz_nothing.py'}: expected a .py module or a directory"
+
+
+def test_invoke_and_logs_of_the_module_name_suggest_the_deployed_name(start_emulator, tmp_path, capsys):
+    """`deploy my_reward.py` names the function roll-agentic-my_reward; `invoke my_reward` said only
+    "ResourceNotFoundException: Function not found: ...:function:my_reward"."""
+    endpoint = start_emulator(tmp_path / "state")
+    mod = tmp_path / "my_reward.py"
+    mod.write_text("def handler(event, context):\n    return {'reward': 1.0}\n")
+    assert cli.main(["deploy", str(mod), "--endpoint-url", endpoint]) == 0
+    assert f"deployed {cli.FUNCTION_PREFIX}my_reward " in capsys.readouterr().out
+    lists = "(`roll-agentic serverless list` shows the deployed names)"
+
+    def refused(*argv: str) -> str:
+        with pytest.raises(SystemExit) as exit_:
+            cli.main([*argv, "--endpoint-url", endpoint])
+        assert isinstance(exit_.value.code, str) and "\n" not in exit_.value.code
+        return exit_.value.code
+
+    for command in ("invoke", "logs"):
+        said = refused(command, "my_reward")
+        assert said.startswith(f"{command}: ResourceNotFoundException: Function not found: ")
+        assert said.endswith(f"; did you mean roll-agentic-my_reward? {lists}")
+    for misspelt in ("roll-agentic-my_rewrd", "my_rewrd"):
+        assert refused("invoke", misspelt).endswith(f"; did you mean roll-agentic-my_reward? {lists}")
+    assert refused("invoke", "nothing_like_it").endswith(f"function:nothing_like_it {lists}")
+    assert cli.main(["invoke", "roll-agentic-my_reward", "--endpoint-url", endpoint]) == 0
+    assert '"reward": 1.0' in capsys.readouterr().out
+
+
+def test_a_name_without_the_prefix_gets_it_when_the_list_cannot_be_read(monkeypatch):
+    import argparse
+
+    def unreachable(_args):
+        raise OSError("no endpoint")
+
+    monkeypatch.setattr(cli, "_client", unreachable)
+    args = argparse.Namespace(serverless_cmd="invoke", name="my_reward")
+    assert cli._name_hint(args).startswith("; did you mean roll-agentic-my_reward? (")
+    args.name = "roll-agentic-other"
+    assert cli._name_hint(args) == " (`roll-agentic serverless list` shows the deployed names)"
+    args.name = "arn:aws:lambda:us-east-1:000000000000:function:my_reward"  # an ARN is taken as given
+    assert cli._name_hint(args) == ""
