@@ -317,6 +317,7 @@ OPTIONAL_COMMANDS = {
     "sim": "roll_agentic.sim.cli",
     "bench": "roll_agentic.bench.cli",
     "mux": "roll_agentic.mux.cli",
+    "reward": "roll_agentic.reward.cli",
 }
 
 

@@ -368,11 +368,12 @@ def test_version_without_the_distribution_is_pyprojects(monkeypatch):
 
 
 @pytest.mark.parametrize("argv, commands", [
-    ([], "train, eval, model, env, serverless, sim, bench, mux"),
+    ([], "train, eval, model, env, serverless, sim, bench, mux, reward"),
     (["model"], "tiny, export"),
     (["env"], "check, new"),
     (["serverless"], "start, deploy, list, invoke, logs, stop"),
     (["sim"], "compare, optimality, scale, repack, affinity"),
+    (["reward"], "check"),
     (["bench"], "engine, rollout, serverless, tail, reliability, switch, lora"),
     (["mux"], "run, submit, status, cancel"),
 ])
