@@ -64,3 +64,17 @@ def positive(text: str) -> float:
 def non_negative(text: str) -> float:
     """A finite number, 0 or more."""
     return _number(text, lambda v: v >= 0, "a number >= 0")
+
+
+def json_object(flag: str, text: str) -> dict:
+    """`text` as a JSON object ("" is {}); ValueError in one line naming `flag` otherwise
+    (`env check --kwargs`, `reward check --kwargs`)."""
+    import json
+
+    try:
+        value = json.loads(text) if text else {}
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{flag} must be a JSON object: {err}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{flag} must be a JSON object, got {text}")
+    return value

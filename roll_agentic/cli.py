@@ -157,17 +157,13 @@ def _cmd_model_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_env_check(args: argparse.Namespace) -> int:
-    import json
-
     from envs.checker import check_env
+    from roll_agentic.arg_types import json_object
 
     try:
-        kwargs = json.loads(args.kwargs) if args.kwargs else {}
-    except json.JSONDecodeError as err:
-        print(f"--kwargs must be a JSON object: {err}", file=sys.stderr)
-        return 2
-    if not isinstance(kwargs, dict):
-        print(f"--kwargs must be a JSON object, got {args.kwargs}", file=sys.stderr)
+        kwargs = json_object("--kwargs", args.kwargs)
+    except ValueError as err:
+        print(err, file=sys.stderr)
         return 2
     results = check_env(args.env_id, kwargs, seed=args.seed)
     for r in results:

@@ -222,22 +222,25 @@ def test_mux_run_beside_a_running_multiplexer_is_one_line(tmp_path, monkeypatch,
     assert err == ["error: a multiplexer already runs on this Ray cluster (...)"], err
 
 
+class _Answer:
+    """A multiplexer method's stand-in: `.remote()` gives the answer (ray.get patched to pass it on)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def remote(self, *_a):
+        return self.value
+
+
 def test_mux_cancel_tells_an_unknown_name_from_a_job_already_over(monkeypatch, tmp_path, capsys):
     """Both said "not running"."""
     import ray
 
     from roll_agentic.mux import session
 
-    class Method:
-        def __init__(self, value):
-            self.value = value
-
-        def remote(self, *_a):
-            return self.value
-
     class Handle:
-        cancel = Method(False)
-        status = Method({"jobs": [{"name": "done1", "state": "done"}]})
+        cancel = _Answer(False)
+        status = _Answer({"jobs": [{"name": "done1", "state": "done"}]})
 
     monkeypatch.setattr(session, "connect", lambda path: Handle())
     monkeypatch.setattr(ray, "get", lambda ref: ref)
@@ -296,16 +299,9 @@ def test_mux_commands_during_the_solo_baseline_say_so(monkeypatch, tmp_path, cap
 
     from roll_agentic.mux import session
 
-    class Method:
-        def __init__(self, value):
-            self.value = value
-
-        def remote(self, *_a):
-            return self.value
-
     class Handle:
-        status = Method({"name": "m", "run_dir": "r/solo", "uptime_s": 3.0, "jobs": []})
-        cancel = submit = Method(None)
+        status = _Answer({"name": "m", "run_dir": "r/solo", "uptime_s": 3.0, "jobs": []})
+        cancel = submit = _Answer(None)
 
     monkeypatch.setattr(session, "connect", lambda path: Handle())
     monkeypatch.setattr(ray, "get", lambda ref: ref)

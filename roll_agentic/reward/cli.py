@@ -10,13 +10,13 @@ checks and messages the start uses (`rollout/task_check.py`).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 DEFAULT_ENV = "envs.frozenlake:FrozenLakeText"
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from roll_agentic.arg_types import json_object
     from roll_agentic.config import TaskConfig
     from roll_agentic.reward.reward_ref import syntax_problem
     from roll_agentic.rollout.task_check import task_problem
@@ -26,12 +26,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"FAIL reward {args.module!r}: expected {problem}", file=sys.stderr)
         return 1
     try:
-        kwargs = json.loads(args.kwargs) if args.kwargs else {}
-    except json.JSONDecodeError as err:
-        print(f"--kwargs must be a JSON object: {err}", file=sys.stderr)
-        return 2
-    if not isinstance(kwargs, dict):
-        print(f"--kwargs must be a JSON object, got {args.kwargs}", file=sys.stderr)
+        kwargs = json_object("--kwargs", args.kwargs)
+    except ValueError as err:
+        print(err, file=sys.stderr)
         return 2
     task = TaskConfig(name="check", env_id=args.env, env_kwargs=kwargs, reward=args.module)
     mode = "local" if args.local else "serverless"
