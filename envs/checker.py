@@ -7,6 +7,7 @@ failure explains what was expected and what came back.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,29 @@ def _rollout(env: Any, seed: int, replies: list[str], steps: int) -> list[tuple]
         if terminated or truncated:
             break
     return out
+
+
+_OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-f]+>")
+
+
+def _action_names_check(env: DiscreteTextAdapter) -> CheckResult:
+    """Each action's name parses back to its index; a get_action_meanings() of the wrong
+    length (the adapter then falls back to index names) or names equal but for case fail."""
+    n = len(env.names)
+    meanings = getattr(env.env.unwrapped, "get_action_meanings", None)  # the wrapped env's own
+    if callable(meanings):
+        given = list(meanings())
+        if len(given) != n:
+            return CheckResult("text round trip", False, f"get_action_meanings() returned {len(given)} names for "
+                               f"Discrete({n}): give one name per action (the policy is asked for indices instead)")
+    lowered = [name.lower() for name in env.names]
+    clash = sorted({name for name in lowered if lowered.count(name) > 1})
+    if clash:
+        return CheckResult("text round trip", False, f"action names {clash} repeat when case is ignored, as replies "
+                           "are matched: give each action a name of its own")
+    bad = [name for i, name in enumerate(env.names) if env.parse_action(f"I choose {name}.") != i]
+    return CheckResult("text round trip", not bad, "every action name parses back to its index" if not bad
+                       else f"action names {bad} do not parse back to their own index")
 
 
 def check_env(env_id: str, env_kwargs: dict | None = None, seed: int = 0, steps: int = 20) -> list[CheckResult]:
@@ -88,9 +112,7 @@ def check_env(env_id: str, env_kwargs: dict | None = None, seed: int = 0, steps:
                                    f"step() raised {type(err).__name__} on an unparseable reply; return info['invalid_action']=True instead"))
 
     if isinstance(env, DiscreteTextAdapter):
-        bad = [n for i, n in enumerate(env.names) if env.parse_action(f"I choose {n}.") != i]
-        results.append(CheckResult("text round trip", not bad, "every action name parses back to its index" if not bad
-                                   else f"action names {bad} do not parse back to their own index"))
+        results.append(_action_names_check(env))
 
     try:  # episodes go past the first step: an env that breaks later (a 4-tuple, a raise) is a failed check
         a = _rollout(env, seed, replies, steps)
@@ -103,6 +125,10 @@ def check_env(env_id: str, env_kwargs: dict | None = None, seed: int = 0, steps:
         results.append(CheckResult("determinism", same, f"same seed and replies give the same {len(a)}-step episode"
                                    if same else "two episodes with the same seed and replies differ; seed every "
                                    "random choice from reset(seed=...)"))
+        if any(_OBJECT_REPR.search(step[0]) for step in a):  # str() of an object: its address, no state
+            results.append(CheckResult("observation text", False, "the observation's text is an object's repr "
+                                       "(a memory address), which tells the policy nothing: return text, or give "
+                                       "the env an ansi render() (render_mode='ansi')"))
     try:
         env.close()
     except Exception as err:  # a run shrugs it off, but it is the author's to fix

@@ -152,3 +152,55 @@ def test_checker_reports_an_env_that_breaks_past_the_first_step_instead_of_raisi
     assert not results["determinism"].ok
     assert "RuntimeError: the simulator lost its connection" in results["determinism"].detail
     assert not results["close"].ok and results["close"].detail == "close() raised RuntimeError: already closed"
+
+
+class NamedActions(gym.Env):
+    """A Discrete(2) env naming its actions; `names` set per subclass."""
+
+    names = ["LEFT", "RIGHT"]
+
+    def __init__(self):
+        self.observation_space = spaces.Discrete(3)
+        self.action_space = spaces.Discrete(2)
+
+    def get_action_meanings(self):
+        return list(self.names)
+
+    def reset(self, *, seed=None, options=None):
+        self.pos = 1
+        return self.pos, {}
+
+    def step(self, action):
+        self.pos = max(0, min(2, self.pos + (1 if action == 1 else -1)))
+        return self.pos, float(self.pos == 2), self.pos == 2, False, {}
+
+
+class ThreeNamesForTwoActions(NamedActions):
+    names = ["LEFT", "RIGHT", "STAY"]
+
+
+class NamesEqualButForCase(NamedActions):
+    names = ["MOVE", "move"]
+
+
+class AnObjectForAnObservation(NamedActions):
+    def reset(self, *, seed=None, options=None):
+        return object(), {}
+
+    def step(self, action):
+        return object(), 0.0, False, False, {}
+
+
+def test_action_names_of_the_wrong_count_or_equal_but_for_case_fail_the_round_trip():
+    """Both passed before: the wrong count fell back to index names without a word."""
+    assert all(r.ok for r in check_env(f"{HERE}:NamedActions"))
+    trip = {r.name: r for r in check_env(f"{HERE}:ThreeNamesForTwoActions")}["text round trip"]
+    assert not trip.ok and "get_action_meanings() returned 3 names for Discrete(2)" in trip.detail
+    trip = {r.name: r for r in check_env(f"{HERE}:NamesEqualButForCase")}["text round trip"]
+    assert not trip.ok and "['move'] repeat when case is ignored" in trip.detail
+
+
+def test_an_observation_with_no_text_form_fails_naming_the_fix():
+    """Before, it passed (the address repeated) or failed as a seeding problem (it did not)."""
+    result = {r.name: r for r in check_env(f"{HERE}:AnObjectForAnObservation")}["observation text"]
+    assert not result.ok and "memory address" in result.detail and "render()" in result.detail
