@@ -42,6 +42,7 @@ from roll_agentic.train.resume_record import (
     lora_mismatch,
     saved_flat_config,
     schedule_change_line,
+    task_mismatch,
 )
 from roll_agentic.train.rollout_wait import EVERY_S, RolloutWaitReporter
 from roll_agentic.train.step_guard import StepGuard
@@ -101,10 +102,12 @@ class TrainingJob:
         self.reward_service, self.reward_endpoint = start_rewards(self.cfg, self.run_dir)
 
     def _check_resume_lora(self) -> None:
-        """A resume with other LoRA settings than the run's is refused before anything starts."""
+        """A resume with other LoRA settings or other tasks than the run's is refused before
+        anything starts."""
         if self.cfg.trainer.resume and self._resume_step() > 0:
             before = saved_flat_config(self.run_dir)
-            problem = before and lora_mismatch(before, flat_settings(self.cfg))
+            now = flat_settings(self.cfg)
+            problem = before and (lora_mismatch(before, now) or task_mismatch(before, now))
             if problem:
                 raise ValueError(problem)
 

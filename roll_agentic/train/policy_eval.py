@@ -41,7 +41,8 @@ FIGURES = ("mean", "success", "turns", "episodes", "failed")
 def evaluate_policy(cfg: Config) -> dict:
     """Plays every task's eval episodes on `model.path` and returns what `eval.json` holds."""
     cfg = validate(cfg)
-    run_dir = Path(cfg.output_dir) / (cfg.run_name or f"eval-{dt.datetime.now():%Y%m%d-%H%M%S}")
+    run_dir = _eval_dir(cfg)
+    _say_if_other_tasks(cfg)
     checkpoint, exported = _exported_for_eval(cfg, run_dir)
     if exported:
         cfg = replace(cfg, model=replace(cfg.model, path=exported))
@@ -81,6 +82,37 @@ def evaluate_policy(cfg: Config) -> dict:
     }
     (run_dir / "eval.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
+
+
+def _eval_dir(cfg: Config) -> Path:
+    """`<output_dir>/<run_name or eval-TIME>`, never a training run's folder: a run yaml's
+    `run_name`, passed again to evaluate that run, put eval.json and the exported policy
+    in the run itself, where the run's own `model export ... policy` line then failed."""
+    fresh = Path(cfg.output_dir) / f"eval-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    if not cfg.run_name:
+        return fresh
+    named = Path(cfg.output_dir) / cfg.run_name
+    if (named / "checkpoints").is_dir():
+        print(f"{named} is a training run's folder: this evaluation goes to {fresh}", flush=True)
+        return fresh
+    return named
+
+
+def _say_if_other_tasks(cfg: Config) -> None:
+    """A warning when `model.path` is a run (or one of its checkpoints) that trained other
+    tasks than the ones this evaluation plays: without the run's --config, eval played
+    the default tasks and nothing said so."""
+    from roll_agentic.train.resume_record import flat_settings, saved_flat_config, task_names
+
+    source = Path(cfg.model.path) if cfg.model.path else None
+    if source is None:
+        return
+    run = source if (source / "checkpoints").is_dir() else source.parent.parent
+    saved = saved_flat_config(run) if (run / "checkpoints").is_dir() else None
+    trained, played = task_names(saved or {}), task_names(flat_settings(cfg))
+    if trained and trained != played:
+        print(f"warning: {run} trained tasks {', '.join(trained)}; this evaluation plays {', '.join(played)} "
+              "(pass the run's --config FILE and task overrides to evaluate its own)", flush=True)
 
 
 def _exported_for_eval(cfg: Config, run_dir: Path) -> tuple[str, str]:

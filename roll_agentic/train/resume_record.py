@@ -110,6 +110,28 @@ def lora_mismatch(before: dict, now: dict) -> str | None:
     return f"this run trained LoRA adapters with other settings: resume it with {' '.join(map(override, differ))}"
 
 
+def task_names(flat: dict) -> list[str]:
+    """The names of a flat config's tasks, in order."""
+    tasks = flat.get("tasks")
+    return [str(t.get("name")) for t in tasks if isinstance(t, dict)] if isinstance(tasks, list) else []
+
+
+def task_mismatch(before: dict, now: dict) -> str | None:
+    """One line when a resume's tasks are not the run's (by name; flat configs).
+
+    A run started from `--config my.yaml` and resumed with the README's bare
+    `trainer.resume=true` went on with the default tasks: it listed the change
+    among the others and trained steps of tasks the run never had. Said before
+    anything starts, with what to pass.
+    """
+    was, is_now = task_names(before), task_names(now)
+    if not was or was == is_now:
+        return None
+    return (f"this run trained tasks {', '.join(was)}; this command line has {', '.join(is_now) or 'none'}: "
+            "resume it with the --config FILE and overrides it was started with (its config.json has them), "
+            "or start a new run on other tasks from its exported model (roll-agentic model export)")
+
+
 def saved_flat_config(run_dir: Path) -> dict | None:
     """The run's own settings (its config.json) as dotted keys; None if it has none readable."""
     import json

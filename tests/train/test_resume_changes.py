@@ -146,3 +146,20 @@ def test_a_resume_with_another_total_steps_says_how_the_rate_moves(tmp_path, cap
     (run / "config.json").write_text(config_json(asdict(load_config(
         [*base, "trainer.total_steps=20", "trainer.lr_schedule=constant"]))))
     assert resume("trainer.total_steps=80", "trainer.lr_schedule=constant") == []  # constant: no jump
+
+
+def test_a_resume_with_other_tasks_than_the_runs_is_refused_naming_both():
+    """A run started from --config my.yaml and resumed with a bare trainer.resume=true
+    went on with the default tasks, training steps of tasks the run never had."""
+    from roll_agentic.hydra_config import load_config
+    from roll_agentic.train.resume_record import flat_settings, task_mismatch
+
+    mine = ["tasks=[{name:cliff,env_id:CliffWalking-v1,max_turns:20,format_penalty:2},"
+            "{name:guess,env_id:envs.guess_number:GuessNumber}]"]
+    run = flat_settings(load_config(mine))
+    assert task_mismatch(run, flat_settings(load_config([*mine, "trainer.total_steps=9"]))) is None
+    reweighted = mine[0].replace("format_penalty:2}", "format_penalty:2,weight:3}")
+    assert task_mismatch(run, flat_settings(load_config([reweighted]))) is None  # same tasks, other shares
+    says = task_mismatch(run, flat_settings(load_config([])))
+    assert says.startswith("this run trained tasks cliff, guess; this command line has frozenlake, guess")
+    assert "--config FILE" in says
