@@ -80,7 +80,7 @@ class TrainingJob:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.model_path = resolve_model_path(cfg)
         check_before_start(cfg)
-        self._check_resume_lora()
+        self._check_resume_matches_run()
         self.started_ray = start_ray(cfg)
         self._start_rewards()
         # A resumed run samples from streams of its own: seeded as at step 0, the engines
@@ -101,7 +101,7 @@ class TrainingJob:
     def _start_rewards(self) -> None:
         self.reward_service, self.reward_endpoint = start_rewards(self.cfg, self.run_dir)
 
-    def _check_resume_lora(self) -> None:
+    def _check_resume_matches_run(self) -> None:
         """A resume with other LoRA settings or other tasks than the run's is refused before
         anything starts."""
         if self.cfg.trainer.resume and self._resume_step() > 0:
