@@ -110,7 +110,7 @@ def _say_if_other_tasks(cfg: Config) -> None:
     run = source if (source / "checkpoints").is_dir() else source.parent.parent
     saved = saved_flat_config(run) if (run / "checkpoints").is_dir() else None
     trained, played = task_names(saved or {}), task_names(flat_settings(cfg))
-    if trained and trained != played:
+    if trained and sorted(trained) != sorted(played):
         print(f"warning: {run} trained tasks {', '.join(trained)}; this evaluation plays {', '.join(played)} "
               "(pass the run's --config FILE and task overrides to evaluate its own)", flush=True)
 

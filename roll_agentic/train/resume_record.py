@@ -125,7 +125,7 @@ def task_mismatch(before: dict, now: dict) -> str | None:
     anything starts, with what to pass.
     """
     was, is_now = task_names(before), task_names(now)
-    if not was or was == is_now:
+    if not was or sorted(was) == sorted(is_now):  # the same tasks in another order go on
         return None
     return (f"this run trained tasks {', '.join(was)}; this command line has {', '.join(is_now) or 'none'}: "
             "resume it with the --config FILE and overrides it was started with (its config.json has them), "

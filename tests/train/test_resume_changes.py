@@ -160,6 +160,9 @@ def test_a_resume_with_other_tasks_than_the_runs_is_refused_naming_both():
     assert task_mismatch(run, flat_settings(load_config([*mine, "trainer.total_steps=9"]))) is None
     reweighted = mine[0].replace("format_penalty:2}", "format_penalty:2,weight:3}")
     assert task_mismatch(run, flat_settings(load_config([reweighted]))) is None  # same tasks, other shares
+    swapped = ["tasks=[{name:guess,env_id:envs.guess_number:GuessNumber},"
+               "{name:cliff,env_id:CliffWalking-v1,max_turns:20,format_penalty:2}]"]
+    assert task_mismatch(run, flat_settings(load_config(swapped))) is None  # the same tasks, reordered
     says = task_mismatch(run, flat_settings(load_config([])))
     assert says.startswith("this run trained tasks cliff, guess; this command line has frozenlake, guess")
     assert "--config FILE" in says
