@@ -226,8 +226,9 @@ def _nothing_at(given: str) -> str:
         return f"nothing to deploy at {given}: no such file or folder (did you mean {close}?)" if close else ""
     from roll_agentic.reward.reward_ref import source_file, syntax_problem
 
-    if syntax_problem(given):
-        return ""
+    problem = syntax_problem(given)
+    if problem:  # `rewards.code_exec`: what to write instead, as `train` says it
+        return f"nothing to deploy at {given}: no such file or folder; as a module name, expected {problem}"
     try:
         source_file(given)
     except FileNotFoundError as err:

@@ -52,7 +52,11 @@ def syntax_problem(ref: object) -> str:
         return ("a module name made of Python identifiers joined by dots: frozenlake for "
                 "rewards/frozenlake.py, my_pkg.my_reward for my_pkg/my_reward.py")
     if len(parts) > 1 and parts[0] == BUILTIN_PACKAGE:
-        return f"{parts[-1]!r} alone for a module in rewards/"
+        leaf = parts[-1]
+        there = _closest(leaf, BUILTIN_PACKAGE)
+        if there and there != leaf:  # `rewards.code_exe`: the prefix and a typo
+            return f"{there!r} alone for a module in rewards/ (there is no {leaf!r})"
+        return f"{leaf!r} alone for a module in rewards/"
     return ""
 
 
@@ -101,6 +105,12 @@ def _has_location(package: str) -> bool:
 
 def _close_one(leaf: str, package: str) -> str:
     """" (did you mean X?)" for the closest module name in `package`, or ""."""
+    close = _closest(leaf, package)
+    return f" (did you mean {close}?)" if close else ""
+
+
+def _closest(leaf: str, package: str) -> str:
+    """The module of `package` whose name is closest to `leaf` (itself if there is one), or ""."""
     import difflib
     import pkgutil
 
@@ -112,4 +122,4 @@ def _close_one(leaf: str, package: str) -> str:
         return ""
     names = [m.name for m in pkgutil.iter_modules(spec.submodule_search_locations)]
     close = difflib.get_close_matches(leaf, names, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else ""
+    return close[0] if close else ""

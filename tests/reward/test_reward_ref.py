@@ -61,6 +61,7 @@ def test_names_map_to_modules_files_and_functions():
     ("my_pkg/my_reward.py", "without .py: 'my_pkg.my_reward'"),
     ("my_reward.py", "without .py: 'my_reward'"),
     ("rewards.frozenlake", "'frozenlake' alone for a module in rewards/"),
+    ("rewards.frozenlak", "'frozenlake' alone for a module in rewards/ (there is no 'frozenlak')"),
 ])
 def test_a_name_that_cannot_be_a_module_is_refused_with_what_to_write(ref, says):
     assert says in syntax_problem(ref)

@@ -122,6 +122,9 @@ def test_a_file_without_its_handler_is_refused_at_deploy(tmp_path, capsys):
                  "not a module in rewards/ (did you mean code_exec?)"),
     ("rewards/code_exe.py", "nothing to deploy at rewards/code_exe.py: no such file or folder "
                             "(did you mean rewards/code_exec.py?)"),
+    # The package prefix and a typo: the prefix's fix named the typo too, and deploy said neither.
+    ("rewards.code_exe", "nothing to deploy at rewards.code_exe: no such file or folder; as a module name, "
+                         "expected 'code_exec' alone for a module in rewards/ (there is no 'code_exe')"),
 ])
 def test_deploy_of_a_misspelt_reward_names_the_close_one(capsys, monkeypatch, given, says):
     """`train` said "did you mean my_reward?" for `reward: my_rewrd`; `deploy my_rewrd` said only
