@@ -167,6 +167,9 @@ class TrainerConfig:
     save_every: int = 10  # steps between checkpoints (the last step always saves)
     keep_checkpoints: int = 2
     resume: bool = False
+    # with resume: go on with this command line's tasks where they are not the run's (a
+    # curriculum); the model, optimizer and step carry over, a dropped task's queued prompts go
+    resume_other_tasks: bool = False
     seed: int = 0
     num_workers: int = 1  # data-parallel trainer workers
     strategy: str = "ddp"  # ddp | fsdp (GPU)
@@ -382,6 +385,8 @@ def validate(cfg: Config) -> Config:
     _check(e, cfg.trainer.ppo_epochs >= 1, "trainer.ppo_epochs", "an integer >= 1", cfg.trainer.ppo_epochs)
     _check(e, cfg.trainer.save_every >= 1, "trainer.save_every", "an integer >= 1", cfg.trainer.save_every)
     _check(e, cfg.trainer.keep_checkpoints >= 1, "trainer.keep_checkpoints", "an integer >= 1", cfg.trainer.keep_checkpoints)
+    _check(e, cfg.trainer.resume or not cfg.trainer.resume_other_tasks, "trainer.resume_other_tasks",
+           "false unless trainer.resume=true (it lets a resume change the tasks)", cfg.trainer.resume_other_tasks)
     _check(e, cfg.trainer.num_workers >= 1, "trainer.num_workers", "an integer >= 1", cfg.trainer.num_workers)
     _check(e, cfg.trainer.collective_timeout_s > 0, "trainer.collective_timeout_s", "a number of seconds > 0",
            cfg.trainer.collective_timeout_s)

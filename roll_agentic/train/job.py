@@ -102,12 +102,13 @@ class TrainingJob:
         self.reward_service, self.reward_endpoint = start_rewards(self.cfg, self.run_dir)
 
     def _check_resume_matches_run(self) -> None:
-        """A resume with other LoRA settings or other tasks than the run's is refused before
-        anything starts."""
+        """A resume with other LoRA settings or other tasks than the run's (unless
+        trainer.resume_other_tasks) is refused before anything starts."""
         if self.cfg.trainer.resume and self._resume_step() > 0:
             before = saved_flat_config(self.run_dir)
             now = flat_settings(self.cfg)
-            problem = before and (lora_mismatch(before, now) or task_mismatch(before, now))
+            problem = before and (lora_mismatch(before, now) or (
+                not self.cfg.trainer.resume_other_tasks and task_mismatch(before, now)))
             if problem:
                 raise ValueError(problem)
 

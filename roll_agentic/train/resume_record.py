@@ -129,7 +129,8 @@ def task_mismatch(before: dict, now: dict) -> str | None:
         return None
     return (f"this run trained tasks {', '.join(was)}; this command line has {', '.join(is_now) or 'none'}: "
             "resume it with the --config FILE and overrides it was started with (its config.json has them), "
-            "or start a new run on other tasks from its exported model (roll-agentic model export)")
+            "or pass trainer.resume_other_tasks=true to go on with these tasks (the model and optimizer "
+            "carry over)")
 
 
 def saved_flat_config(run_dir: Path) -> dict | None:

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from roll_agentic.hydra_config import load_config
+from roll_agentic.train.checkpoint import latest_checkpoint, load_checkpoint
 from roll_agentic.train.job import TrainingJob
 from roll_agentic.train.termination import SigtermAsInterrupt
 
@@ -196,3 +197,25 @@ def test_a_reward_that_raises_on_every_episode_stops_the_run_at_once_naming_the_
     assert "KeyError: 'answer'" in message and "the run stops now" in message, message
     assert "Fix tests/train/reward_failing_on_real_episodes.py" in message, message
     assert not (tmp_path / "bug" / "checkpoints" / "latest").exists()  # no step was taken
+
+
+def test_a_resume_on_other_tasks_goes_on_only_when_asked(tmp_path, tiny_model_path):
+    """A curriculum: the run's model and optimizer go on to other tasks with
+    trainer.resume_other_tasks=true; without it the resume is refused before anything starts."""
+    run = tmp_path / "e2e"
+    TrainingJob(_cfg(tmp_path, "trainer.total_steps=2")).run()
+    other = ["tasks=[{name:guess,env_id:envs.guess_number:GuessNumber,group_size:4},"
+             "{name:cliff,env_id:CliffWalking-v1,max_turns:20,format_penalty:2,group_size:4}]",
+             "trainer.total_steps=4", "trainer.resume=true"]
+    with pytest.raises(ValueError, match="this run trained tasks frozenlake, guess; this command line has guess, "
+                                         "cliff: .* or pass trainer.resume_other_tasks=true"):
+        TrainingJob(_cfg(tmp_path, *other)).run()
+    assert (run / "checkpoints" / "latest").read_text() == "step_000002"  # nothing ran
+    TrainingJob(_cfg(tmp_path, *other, "trainer.resume_other_tasks=true")).run()
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    # the new task trained (the run's queued guess prompts may come first), the dropped one not
+    assert any(r.get("reward/cliff/mean") is not None for r in rows[2:])
+    assert not any("reward/frozenlake/mean" in r for r in rows[2:])
+    _weights, state, _ = load_checkpoint(latest_checkpoint(run / "checkpoints"))
+    assert state["step"] == 4  # the optimizer went on from the run's step

@@ -166,3 +166,13 @@ def test_a_resume_with_other_tasks_than_the_runs_is_refused_naming_both():
     says = task_mismatch(run, flat_settings(load_config([])))
     assert says.startswith("this run trained tasks cliff, guess; this command line has frozenlake, guess")
     assert "--config FILE" in says
+
+
+def test_resume_other_tasks_without_a_resume_is_refused():
+    import pytest
+
+    from roll_agentic.config import ConfigError
+    from roll_agentic.hydra_config import load_config
+
+    with pytest.raises(ConfigError, match=r"trainer.resume_other_tasks: expected false unless trainer.resume=true"):
+        load_config(["trainer.resume_other_tasks=true"])
