@@ -112,12 +112,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         min_jobs: int = 1,
         max_jobs: int = MAX_JOBS,
         jobs_why: str = JOBS_WHY,
+        jobs_help: str = "number of jobs",
     ) -> None:
         p.add_argument(
             "--jobs",
             type=at_most(min_jobs, max_jobs, jobs_why),
             default=jobs,
-            help=f"number of jobs (default: {jobs}, at most {max_jobs})",
+            help=f"{jobs_help} (default: {jobs}, at most {max_jobs})",
         )
         p.add_argument("--seed", type=at_least(0), default=0, help="seed of the generated trace(s) (default: %(default)s)")
         p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
@@ -164,7 +165,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         )
         _cluster_options(p)
 
-    p = sub.add_parser("compare", help="all policies on one trace")
+    p = sub.add_parser(
+        "compare",
+        help="all policies on one trace",
+        description="Simulate one trace (generated, or --trace FILE) under every policy: solo (each job "
+        "on dedicated nodes), colocated (both phases on one pool of training GPUs), random, greedy "
+        "(first group that fits) and rollmux. The table gives each policy's $/h (split into rollout "
+        "and training nodes), how much dearer than rollmux, its SLO attainment, GPU utilization and "
+        "mean slowdown; its footer says what each column means.",
+    )
     common(p, 200)
     p.add_argument("--trace", metavar="FILE", help=TRACE_HELP)
     p.add_argument(
@@ -212,9 +221,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.set_defaults(func=reporting_errors(run_compare))
 
-    p = sub.add_parser("optimality", help="RollMux vs brute-force optimum on small instances")
+    p = sub.add_parser(
+        "optimality",
+        help="RollMux vs brute-force optimum on small instances",
+        description="Draw small instances (jobs that all start at once and run on), place them with "
+        "RollMux and by exhaustive search over the same co-execution placements, simulate both, and "
+        "compare their $ per unit of work (a job at its solo speed does 1). Ratios above 1: RollMux "
+        "dearer than the optimum. The search covers disaggregated placements only, so colocated "
+        "(one pool for both phases) can come out below it.",
+    )
     # Instances draw 3 to --jobs jobs, each solved by exhaustive search: a limit of its own.
-    common(p, 8, min_jobs=3, max_jobs=MAX_OPTIMALITY_JOBS, jobs_why=OPTIMALITY_JOBS_WHY)
+    common(p, 8, min_jobs=3, max_jobs=MAX_OPTIMALITY_JOBS, jobs_why=OPTIMALITY_JOBS_WHY,
+           jobs_help="most jobs per instance: each draws 3 to this many")
     p.add_argument(
         "--instances",
         type=at_most(1, MAX_INSTANCES, INSTANCES_WHY),
@@ -237,13 +255,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.set_defaults(func=reporting_errors(run_optimality))
 
-    p = sub.add_parser("scale", help="scheduler time to place a large trace")
+    p = sub.add_parser(
+        "scale",
+        help="scheduler time to place a large trace",
+        description="Run RollMux over a generated trace of --jobs jobs and report the CPU time of "
+        "every scheduling decision: placing arrivals, moves and trims between iterations, re-plans. "
+        "CPU time depends on the machine: compare runs on one machine.",
+    )
     common(p, 2000, max_jobs=MAX_SCALE_JOBS, jobs_why=SCALE_JOBS_WHY)
     _replan_option(p)
     p.set_defaults(func=reporting_errors(run_scale))
 
     p = sub.add_parser(
-        "repack", help="online RollMux vs the running jobs re-placed from scratch, at instants"
+        "repack",
+        help="online RollMux vs the running jobs re-placed from scratch, at instants",
+        description="At a few instants of a RollMux run, price the groups it holds (online) against "
+        "the same running jobs placed from scratch as one batch (repacked), and under solo and "
+        "colocated: $/h per unit of progress. A repacked figure well below online is what a periodic "
+        "re-plan (--replan) could win back.",
     )
     p.add_argument(
         "--jobs",
@@ -257,7 +286,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--snapshots",
         type=at_most(1, MAX_SNAPSHOTS, SNAPSHOTS_WHY),
         default=6,
-        help=f"instants to compare at (default: %(default)s, at most {MAX_SNAPSHOTS})",
+        help="instants to compare at, spread evenly over the middle 80 %% of the jobs' arrival span "
+        "(so a job arriving last is not running at any of them; a trace whose jobs arrive within "
+        f"hours is seen while it fills) (default: %(default)s, at most {MAX_SNAPSHOTS})",
     )
     p.add_argument("--no-migration", action="store_true", help="turn off long-tail migration")
     p.add_argument(
@@ -270,7 +301,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     _cluster_options(p)
     p.set_defaults(func=reporting_errors(run_repack))
 
-    p = sub.add_parser("affinity", help="task-affine pools vs a single GPU pool")
+    p = sub.add_parser(
+        "affinity",
+        help="task-affine pools vs a single GPU pool",
+        description="RollArt's hardware-affine routing at cluster scale, on a fixed multi-task job whose "
+        "tasks differ in prefill/decode mix: the cost per trajectory when each task runs on the GPU "
+        "class that suits it, against all tasks on one class. Ratios are single-pool cost over "
+        "affine cost (above 1: affinity is cheaper). The per-class speeds and prices it assumed are "
+        "in its --json output (not read from --cluster).",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.set_defaults(func=reporting_errors(run_affinity))
     return sim

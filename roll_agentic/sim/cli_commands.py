@@ -183,15 +183,19 @@ def run_compare(args: argparse.Namespace) -> int:
     flags = _beyond_paper(doc)
     lo, hi = doc["slo_range"]
     rows.append(
-        f"{doc['jobs']} jobs, seed {doc['seed']}, {doc['arrival']} arrivals, "
+        # A file's trace has no seed the user could set (--seed is refused with --trace).
+        f"{doc['jobs']} job{'s' if doc['jobs'] != 1 else ''}, " + (f"seed {doc['seed']}, " if doc["arrival"] != "file" else "")
+        + f"{doc['arrival']} arrivals, "
         + (
             f"SLOs {lo:g}-{hi:g} (as in the file); "
             if doc["arrival"] == "file"
             else f"SLOs from U({lo:g}, {hi:g}); "
         )
         + (f"{doc['trainer_forms']} trainer forms (never in one group); " if doc["trainer_forms"] else "")
-        + f"$/h over the solo span of {doc['reference_hours']} h; util: busy share of "
-        "allocated GPU time; R, T: rollout, training nodes; alone: share of $ on groups of one job"
+        + f"$/h over the solo span of {doc['reference_hours']} h; SLO met: share of jobs within their "
+        "SLO; util: busy share of allocated GPU time; R, T: rollout, training nodes; slowdown: mean of "
+        "each job's time from arrival to end over its time alone on its profiled nodes (below 1: "
+        "faster); alone: share of $ on groups of one job"
         + (f"; beyond the paper: {' '.join(flags)}" if flags else "")
         + (f"; cluster {args.cluster}" if args.cluster else "")
     )
@@ -230,11 +234,14 @@ def run_optimality(args: argparse.Namespace) -> int:
         rows.append(
             f"{i:>3} {r['jobs']:>4} {r['ratio']:>16.3f} {r['rollmux_slo']:>12.2f} "
             f"{r['solo_over_optimal']:>13.3f} {r['colocated_over_optimal']:>18.3f}"
+            + ("  *" if not r["search_complete"] else "")
         )
-    rows.append(f"max ratio {doc['max_ratio_to_optimal']}, mean {doc['mean_ratio_to_optimal']}")
+    rows.append(f"max ratio {doc['max_ratio_to_optimal']}, mean {doc['mean_ratio_to_optimal']}; ratios of $ per "
+                "unit of work (a job at its solo speed does 1); the optimum is over disaggregated "
+                "placements, so colocated/optimal may be below 1")
     cut = sum(not r["search_complete"] for r in doc["per_instance"])
     if cut:  # the JSON said so (search_complete), the table did not
-        rows.append(f"the search stopped at its budget ({doc['search_budget']:,} placements) on {cut} of "
+        rows.append(f"* the search stopped at its budget ({doc['search_budget']:,} placements) on {cut} of "
                     f"{len(doc['per_instance'])} instances: there the optimum is the best found (--budget N)")
     saving = doc["optimal_saving"]
     rows.append(
@@ -300,6 +307,8 @@ def run_affinity(args: argparse.Namespace) -> int:
         rows.append(f"{task:<12} {doc['routing'][task]:>9} {costs}")
     rows.append(
         f"affinity vs cheaper single pool ({doc['cheaper_single_pool']}): "
-        f"{doc['affinity_vs_single_pool']}x; vs each: {doc['affinity_vs_pool']}"
+        f"{doc['affinity_vs_single_pool']}x; vs each: "
+        + ", ".join(f"{c} only {r}x" for c, r in doc["affinity_vs_pool"].items())
+        + " (single-pool $ per trajectory over affine; above 1: affine pools cheaper)"
     )
     return _emit(args, doc, rows)

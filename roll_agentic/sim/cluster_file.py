@@ -84,7 +84,7 @@ def load_cluster(path: str | Path, base: ClusterSpec | None = None) -> ClusterSp
     """`base` (default: the paper's cluster) with the file's hardware; ValueError listing every problem."""
     base = base or ClusterSpec()
     raw = read_doc(path, "cluster file", yaml.safe_load, yaml.YAMLError, "YAML")
-    if raw is None:
+    if raw is None:  # empty, or comments only: every default
         raw = {}
     if not isinstance(raw, dict):
         raise ValueError(f"cluster file {path}: expected a mapping with {', '.join(_POOLS + tuple(_SPEC_RULES))}")
@@ -106,6 +106,11 @@ def load_cluster(path: str | Path, base: ClusterSpec | None = None) -> ClusterSp
             problems.append(f"{key}: a policy switch, not hardware; use its command-line flag")
         else:
             problems.append(f"{key}: unknown key; valid: {', '.join(_POOLS + tuple(_SPEC_RULES))}")
+    warm = values.get("warm_switch_s", base.warm_switch_s)
+    cold = values.get("cold_switch_s", base.cold_switch_s)
+    if not problems and warm > cold:  # type: ignore[operator]
+        problems.append(f"warm_switch_s ({warm:g}) is longer than cold_switch_s ({cold:g}): a warm switch loads "
+                        "from host memory, a cold one from storage, so warm is the shorter")
     if problems:
         raise ValueError(f"cluster file {path}: {listed_problems(problems)}")
     return replace(base, **values)

@@ -123,6 +123,7 @@ class Trace:
     # job_id -> its line in the CSV file it came from (`trace_csv`): problems found
     # later (a job that fits no node) name the line, as the CSV's own checks do.
     csv_lines: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    source: str = field(default="", compare=False, repr=False)  # the file it was read from, if any
 
     def save(self, path: str | Path) -> None:
         doc = {
@@ -177,34 +178,50 @@ class Trace:
                              f"got {doc['workload'].get('slo_range')!r}")
         if not isinstance(workload.arrival, str):
             raise ValueError(f"trace {path}: workload.arrival must be a string, got {workload.arrival!r}")
-        jobs = []
+        # Every job's problems at once (one per run made a long file a game of whack-a-mole).
+        jobs, numbers, problems = [], [], []
         for i, j in enumerate(doc["jobs"]):
-            if not isinstance(j, dict):
-                raise ValueError(f"trace {path}: job #{i} must be an object with arrival_s, n_iters, seed "
-                                 f"and profile, got {j!r}")
-            try:
-                arrival, n_iters, seed, raw = j["arrival_s"], j["n_iters"], j["seed"], j["profile"]
-                if not isinstance(raw, dict):
-                    raise ValueError(f"'profile' must be an object of a job profile's fields, got {raw!r}")
-                profile = JobProfile(**raw)
-            except KeyError as err:
-                raise ValueError(f"trace {path}: job #{i} has no {err}") from None
-            except (TypeError, ValueError) as err:
-                raise ValueError(f"trace {path}: job #{i}: {err}") from None
-            if (isinstance(arrival, bool) or not isinstance(arrival, int | float) or not math.isfinite(arrival)
-                    or not 0 <= arrival <= MAX_ARRIVAL_H * 3600.0):
-                raise ValueError(f"trace {path}: job #{i}: arrival_s must be seconds from 0 to "
-                                 f"{MAX_ARRIVAL_H * 3600.0:.0f} (ten years), got {arrival!r}")
-            if not _whole(n_iters) or not 1 <= n_iters <= MAX_ITERATIONS:
-                raise ValueError(f"trace {path}: job #{i}: n_iters must be a whole number from 1 to "
-                                 f"{MAX_ITERATIONS}, got {n_iters!r}")
-            if not _whole(seed):
-                raise ValueError(f"trace {path}: job #{i}: seed must be a whole number >= 0, got {seed!r}")
-            jobs.append(TraceJob(float(arrival), n_iters, seed, profile))
-        problems = trace_problems(jobs)
+            job, bad = _json_job(j)
+            name = f"job #{i}"
+            if isinstance(j, dict) and isinstance(j.get("profile"), dict) and isinstance(j["profile"].get("job_id"), str):
+                name += f" ({j['profile']['job_id']})"
+            problems += [f"{name}{p}" for p in bad]
+            if job is not None:
+                jobs.append(job)
+                numbers.append(i)
+        problems += trace_problems(jobs, numbers=numbers)
         if problems:
             raise ValueError(f"trace {path}: " + listed_problems(problems))
-        return cls(doc["seed"], workload, jobs)
+        return cls(doc["seed"], workload, jobs, source=str(path))
+
+
+def _json_job(j: object) -> tuple[TraceJob | None, list[str]]:
+    """One job of a JSON trace, or its problems (each ": ..." or " has no ...", after its name)."""
+    if not isinstance(j, dict):
+        return None, [f" must be an object with arrival_s, n_iters, seed and profile, got {j!r}"]
+    missing = [k for k in ("arrival_s", "n_iters", "seed", "profile") if k not in j]
+    if missing:
+        return None, [f" has no {', '.join(repr(k) for k in missing)}"]
+    arrival, n_iters, seed, raw = j["arrival_s"], j["n_iters"], j["seed"], j["profile"]
+    out = []
+    profile = None
+    if not isinstance(raw, dict):
+        out.append(f": 'profile' must be an object of a job profile's fields, got {raw!r}")
+    else:
+        try:
+            profile = JobProfile(**raw)
+        except (TypeError, ValueError) as err:
+            out.append(f": {err}")
+    if (isinstance(arrival, bool) or not isinstance(arrival, int | float) or not math.isfinite(arrival)
+            or not 0 <= arrival <= MAX_ARRIVAL_H * 3600.0):
+        out.append(f": arrival_s must be seconds from 0 to {MAX_ARRIVAL_H * 3600.0:.0f} (ten years), got {arrival!r}")
+    if not _whole(n_iters) or not 1 <= n_iters <= MAX_ITERATIONS:
+        out.append(f": n_iters must be a whole number from 1 to {MAX_ITERATIONS}, got {n_iters!r}")
+    if not _whole(seed):
+        out.append(f": seed must be a whole number >= 0, got {seed!r}")
+    if out or profile is None:
+        return None, out
+    return TraceJob(float(arrival), n_iters, seed, profile), []
 
 
 def _check_job_count(path: str | Path, count: int) -> None:
@@ -230,12 +247,17 @@ def _slo_pair(value: tuple) -> bool:
 
 
 def trace_problems(
-    jobs: list[TraceJob], spec: ClusterSpec | None = None, csv_lines: dict[str, int] | None = None
+    jobs: list[TraceJob],
+    spec: ClusterSpec | None = None,
+    csv_lines: dict[str, int] | None = None,
+    numbers: list[int] | None = None,
 ) -> list[str]:
     """Every job profile's problems (`profile_problems`), node counts past `MAX_NODES` and
-    repeated job ids, one line each; a job of a CSV file is named by its line there."""
+    repeated job ids, one line each; a job of a CSV file is named by its line there, one of
+    a JSON file by its place in the file (`numbers`, if some of its jobs are left out)."""
     out, seen = [], set()
-    for i, job in enumerate(jobs):
+    for k, job in enumerate(jobs):
+        i = numbers[k] if numbers else k
         line = csv_lines.get(job.profile.job_id) if csv_lines and isinstance(job.profile.job_id, str) else None
         name = f"line {line} ({job.profile.job_id})" if line else f"job #{i} ({job.profile.job_id})"
         problems = profile_problems(job.profile, spec)
@@ -253,10 +275,20 @@ def trace_problems(
 
 
 def check_fits(trace: Trace, spec: ClusterSpec) -> None:
-    """ValueError if a job's state fits no node's host memory under `spec` (it could run nowhere)."""
+    """ValueError if a job's state fits no node's host memory under `spec` (it could run nowhere).
+
+    Found only once the cluster is known, after the file's own checks: it names the
+    file, and what would make such a job fit.
+    """
     problems = trace_problems(trace.jobs, spec, trace.csv_lines)
     if problems:
-        raise ValueError(listed_problems(problems))
+        where = f"trace {trace.source}: " if trace.source else ""
+        fix = ""
+        if any("GB of host memory per" in p for p in problems):
+            fix = (". A job's state must fit one node's host memory: give it more nodes (train_nodes, "
+                   "rollout_nodes) or a smaller train_mem_gb / rollout_mem_gb, or give the nodes more "
+                   "(host_mem_gb in a --cluster file)")
+        raise ValueError(where + listed_problems(problems) + fix)
 
 
 def make_profile(

@@ -7,12 +7,12 @@ any order):
 required
   arrival_h      hours from the trace's start to the job's arrival, >= 0
   params_b       model size in billions of parameters (host memory, weight sync)
-  rollout_nodes  8-GPU rollout nodes the job was profiled on
-  train_nodes    8-GPU training nodes the job was profiled on
+  rollout_nodes  rollout nodes the job was profiled on (the cluster's: 8 GPUs each unless --cluster says)
+  train_nodes    training nodes the job was profiled on (the same)
   rollout_s      worst-case rollout seconds on those nodes (every response at the cap)
   train_s        worst-case training seconds on those nodes
   slo            tolerated slowdown versus running alone, >= 1
-  run_h          hours the job runs alone (its length; rounded to whole iterations)
+  run_h          hours the job runs alone (its length; rounded to whole iterations, at least one)
 
 optional (default: what the generated traces assume, `trace.py`)
   job_id           unique name (default j0000, j0001, ... by row)
@@ -142,7 +142,10 @@ def _job(v: dict[str, float], job_id: str, form: str, seed: int, wl: WorkloadSpe
     problems = profile_problems(profile)
     if problems:
         return None, problems
-    n_iters = max(2, round(v["run_h"] * 3600.0 / profile.solo_iter_s))
+    n_iters = round(v["run_h"] * 3600.0 / profile.solo_iter_s)
+    if n_iters < 1:  # it was raised to two iterations, silently
+        return None, [f"run_h must cover at least one iteration alone ({profile.solo_iter_s / 3600.0:.2g} h: "
+                      f"{profile.solo_iter_s:.0f} s), got {v['run_h']:g}"]
     if n_iters > MAX_ITERATIONS:
         return None, [f"run_h is {n_iters} iterations of {profile.solo_iter_s:.0f} s alone; "
                       f"at most {MAX_ITERATIONS} per job are simulated"]
@@ -163,6 +166,10 @@ def trace_from_csv(path: str | Path, seed: int = 0) -> Trace:
         raise ValueError(f"trace {path} is not UTF-8 text: save it as CSV UTF-8") from None
     except csv.Error as err:
         raise ValueError(f"trace {path} is not CSV: {err}") from None
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:  # csv.DictReader keeps the last copy's values, silently
+        raise ValueError(f"trace {path}: the header names {', '.join(twice)} more than once; "
+                         "keep one of each")
     missing = [c for c in REQUIRED if c not in header]
     unknown = [c for c in header if c not in REQUIRED + OPTIONAL]
     if missing or unknown:
@@ -208,4 +215,4 @@ def trace_from_csv(path: str | Path, seed: int = 0) -> Trace:
         raise ValueError(f"trace {path}: {listed_problems(problems)}")
     jobs.sort(key=lambda j: j.arrival_s)
     span_days = max(j.arrival_s for j in jobs) / 86400.0
-    return Trace(seed, WorkloadSpec(n_jobs=len(jobs), span_days=span_days, arrival="file"), jobs, lines)
+    return Trace(seed, WorkloadSpec(n_jobs=len(jobs), span_days=span_days, arrival="file"), jobs, lines, str(path))

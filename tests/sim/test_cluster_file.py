@@ -48,6 +48,8 @@ def test_keys_left_out_keep_the_defaults(tmp_path):
         ("warm_switch_s: -1", "warm_switch_s must be seconds, >= 0, got -1"),
         ("- a list", "expected a mapping"),
         ("rollout: {name: [", "is not YAML"),
+        ("warm_switch_s: 500\ncold_switch_s: 100", "warm_switch_s (500) is longer than cold_switch_s (100)"),
+        ("warm_switch_s: 200", "warm_switch_s (200) is longer than cold_switch_s (135)"),  # the default cold
     ],
 )
 def test_a_bad_cluster_file_is_refused_with_what_to_fix(tmp_path, text, says):

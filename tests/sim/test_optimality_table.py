@@ -1,4 +1,4 @@
-"""`sim optimality`'s table says where the optimum's search stopped at its budget."""
+"""`sim optimality`'s and `sim affinity`'s tables say what their figures are."""
 
 from roll_agentic.cli import main
 
@@ -8,3 +8,13 @@ def test_a_search_cut_at_its_budget_is_said_in_the_table(capsys):
     out = capsys.readouterr().out
     assert "the search stopped at its budget (50 placements) on " in out
     assert "there the optimum is the best found (--budget N)" in out
+    # which rows: those instances are marked, as the footer's `*` says
+    rows = [line for line in out.splitlines() if line[:3].strip().isdigit()]
+    assert any(line.endswith("  *") for line in rows)
+    assert "the optimum is over disaggregated placements, so colocated/optimal may be below 1" in out
+
+
+def test_affinity_says_which_way_its_ratios_run(capsys):
+    main(["sim", "affinity"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "vs each: H20 only " in last and "single-pool $ per trajectory over affine" in last

@@ -83,6 +83,10 @@ def test_cli_seeds_prints_a_row_per_seed_and_json_last(capsys):
     assert table[0].split()[0] == "seed"
     assert [line.split()[0] for line in table[1:6]] == ["0", "1", "min", "mean", "max"]
     assert "seeds [0, 1]" in table[-1]
+    # every column has its spread (solo's and colocated's $/h were blank), and the SLO columns are named
+    solo = [float(line.split()[1]) for line in table[1:3]]
+    assert [float(line.split()[1]) for line in table[3:6:2]] == [min(solo), max(solo)]
+    assert "SLO rollmux, random, greedy: each policy's SLO attainment" in table[-1]
     assert cli.main(["compare", "--jobs", "8", "--seeds", "2", "--json", "--rehome"]) == 0
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert doc["seeds"] == [2] and doc["rollmux_options"]["rehome"] is True

@@ -98,7 +98,7 @@ def test_a_bad_trace_file_is_refused_with_what_is_wrong(tmp_path):
     refused(json.dumps({**doc, "workload": {**doc["workload"], "n_job": 3}}), "bad 'workload'", "n_job")
     no_seed = [dict(doc["jobs"][0]), *doc["jobs"][1:]]
     del no_seed[0]["seed"]
-    refused(json.dumps({**doc, "jobs": no_seed}), "job #0 has no 'seed'")
+    refused(json.dumps({**doc, "jobs": no_seed}), "job #0 (j0000) has no 'seed'")
     bad_profile = [*doc["jobs"][:1], {**doc["jobs"][1], "profile": {"job_id": "x"}}]
     refused(json.dumps({**doc, "jobs": bad_profile}), "job #1")
     late = [*doc["jobs"][:2], {**doc["jobs"][2], "n_iters": 0}]

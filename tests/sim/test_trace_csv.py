@@ -50,6 +50,11 @@ def test_a_csv_trace_runs_and_round_trips_through_json(tmp_path, capsys):
     again, _ = compare(Trace.load(out))
     assert again["cost_per_hour"] == doc["cost_per_hour"]
     assert Trace.load(out).jobs == trace_from_csv(EXAMPLE).jobs
+    # The table's footer names no seed for a file's trace (--seed is refused with --trace).
+    assert cli.main(["compare", "--trace", str(EXAMPLE)]) == 0
+    footer = capsys.readouterr().out.strip().splitlines()[-1]
+    assert footer.startswith("6 jobs, file arrivals, SLOs ") and "seed" not in footer
+    assert "SLO met: share of jobs within their SLO" in footer and "slowdown: mean of each job's" in footer
 
 
 def test_every_problem_of_every_line_is_named_at_once(tmp_path):
@@ -90,6 +95,10 @@ def test_every_problem_of_every_line_is_named_at_once(tmp_path):
         # one row could run the machine out of memory (a 1e9-hour job: 24 GB of per-iteration draws)
         (f"{HEADER}\n0,7,1,1,900,1100,1.3,1e9\n", "at most 100000 per job are simulated"),
         (f"{HEADER}\n1e20,7,1,1,900,1100,1.3,48\n", "arrival_h must be hours since the trace's start, 0 to 87600"),
+        # the last copy's values were taken, silently
+        (f"{HEADER},slo\n{GOOD_ROW},1.5\n", "the header names slo more than once; keep one of each"),
+        # raised to two iterations (100x the length given), silently
+        (f"{HEADER}\n0,7,1,1,900,1100,1.3,0.01\n", "run_h must cover at least one iteration alone (0.56 h: "),
     ],
 )
 def test_a_malformed_file_is_refused_with_what_to_fix(tmp_path, text, says):
@@ -187,5 +196,27 @@ def test_a_job_that_fits_no_node_is_named_by_its_csv_line(tmp_path):
     huge = "0,700,1,1,900,1100,1.3,48"  # 700 B parameters: 11 TB of trainer state on one node
     trace = trace_from_csv(_csv(tmp_path, f"{HEADER}\n5,7,1,1,900,1100,1.3,48\n{huge}\n"))
     assert trace.jobs[0].profile.job_id == "j0001"  # it arrives first
-    with pytest.raises(ValueError, match=r"line 3 \(j0001\)"):
+    with pytest.raises(ValueError, match=r"line 3 \(j0001\)") as err:
         check_fits(trace, ClusterSpec())
+    # found after the file's own checks: the file is named, and what would make the job fit
+    assert str(err.value).startswith(f"trace {tmp_path / 'jobs.csv'}: ")
+    assert "give it more nodes (train_nodes, rollout_nodes)" in str(err.value)
+    assert "host_mem_gb in a --cluster file" in str(err.value)
+
+
+def test_every_job_of_a_json_trace_is_checked_at_once_and_named(tmp_path, capsys):
+    """A JSON trace stopped at its first bad job: fixing a file took one run per problem."""
+    saved = tmp_path / "t.json"
+    assert cli.main(["compare", "--jobs", "3", "--save-trace", str(saved)]) == 0
+    doc = json.loads(saved.read_text())
+    doc["jobs"][0]["n_iters"] = -5
+    del doc["jobs"][2]["arrival_s"]
+    doc["jobs"][1]["profile"]["slo"] = 0.5
+    saved.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert cli.main(["compare", "--trace", str(saved)]) == 2
+    err = capsys.readouterr().err
+    assert "3 problem(s)" in err
+    for piece in ("job #0 (j0000): n_iters must be a whole number", "job #2 (j0002) has no 'arrival_s'",
+                  "job #1 (j0001): slo must be a tolerated slowdown"):
+        assert piece in err
