@@ -159,7 +159,8 @@ def trace_from_csv(path: str | Path, seed: int = 0) -> Trace:
             reader = csv.DictReader(f)
             header = [h.strip() for h in reader.fieldnames or []]
             reader.fieldnames = header
-            rows = list(reader)
+            # Each row with its line in the file: blank lines, which the reader skips, count too.
+            numbered = [(reader.line_num, row) for row in reader]
     except OSError as err:
         raise ValueError(f"cannot read trace {path}: {err.strerror or err}") from None
     except UnicodeDecodeError:
@@ -185,16 +186,15 @@ def trace_from_csv(path: str | Path, seed: int = 0) -> Trace:
             f"trace {path}: {'; '.join(what)}. Required: {', '.join(REQUIRED)}; "
             f"optional: {', '.join(OPTIONAL)}"
         )
-    if not rows:
+    if not numbered:
         raise ValueError(f"trace {path}: no jobs below the header")
-    wl = WorkloadSpec(n_jobs=len(rows), arrival="file")
+    wl = WorkloadSpec(n_jobs=len(numbered), arrival="file")
     rng = np.random.default_rng(seed)
     jobs: list[TraceJob] = []
     problems: list[str] = []
     seen: set[str] = set()
     lines: dict[str, int] = {}
-    for i, row in enumerate(rows):
-        line = i + 2  # the header is line 1 (fields span no lines)
+    for i, (line, row) in enumerate(numbered):
         job_id = (row.get("job_id") or "").strip() or f"j{i:04d}"
         job_seed = int(rng.integers(2**31))
         where = f"line {line} ({job_id})"

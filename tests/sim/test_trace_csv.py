@@ -220,3 +220,11 @@ def test_every_job_of_a_json_trace_is_checked_at_once_and_named(tmp_path, capsys
     for piece in ("job #0 (j0000): n_iters must be a whole number", "job #2 (j0002) has no 'arrival_s'",
                   "job #1 (j0001): slo must be a tolerated slowdown"):
         assert piece in err
+
+
+def test_problems_name_the_files_own_line_when_blank_lines_come_before(tmp_path):
+    """Blank lines are skipped as rows but count as lines: the problem named line 3 for line 5."""
+    bad = GOOD_ROW.replace(",1.3,", ",0.3,")
+    with pytest.raises(ValueError, match=r"line 5 \(j0001\): slo must be") as err:
+        trace_from_csv(_csv(tmp_path, f"{HEADER}\n\n{GOOD_ROW}\n\n{bad}\n"))
+    assert "line 3" not in str(err.value)
