@@ -61,9 +61,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except (OSError, RuntimeError, ValueError) as err:  # OSError: an unwritable output_dir, a missing file
         print(f"error: {err}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # during start-up: once training runs, Ctrl-C saves a checkpoint first
-        print("interrupted while starting: no step was taken, so nothing new to save", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:  # during start-up: once training runs, Ctrl-C saves a checkpoint first
+        from roll_agentic.train.termination import Terminated
+
+        terminated = isinstance(stop, Terminated)
+        print(f"{'terminated (SIGTERM)' if terminated else 'interrupted'} while starting: no step was taken, "
+              "so nothing new to save", file=sys.stderr)
+        return TERMINATED_EXIT_CODE if terminated else 130
     if result.get("interrupted") and result.get("steps", 0) < cfg.trainer.total_steps:
         _say_how_to_go_on(args, Path(result["run_dir"]))
     elif not result.get("interrupted"):

@@ -11,6 +11,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import time
 from dataclasses import asdict
@@ -47,7 +48,7 @@ from roll_agentic.train.resume_record import (
 from roll_agentic.train.rollout_wait import EVERY_S, RolloutWaitReporter
 from roll_agentic.train.step_guard import StepGuard
 from roll_agentic.train.step_metrics import rollout_metrics
-from roll_agentic.train.termination import SigtermAsInterrupt
+from roll_agentic.train.termination import SigtermAsInterrupt, Terminated
 from roll_agentic.train.trainer import samples_from_groups
 from roll_agentic.train.weight_sync import WeightPublisher
 
@@ -73,6 +74,7 @@ class TrainingJob:
         self.worker_runs: list = []
         self._last_engine_stats: list[dict] = []
         self.guard = StepGuard()  # Ctrl-C never leaves a half-done step in a checkpoint
+        self.term = SigtermAsInterrupt()  # installed by `run`, from the start of start-up
 
     # -- start-up -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -82,6 +84,7 @@ class TrainingJob:
         check_before_start(cfg)
         self._check_resume_matches_run()
         self.started_ray = start_ray(cfg)
+        self.term.renew()  # ray.init put its own SIGTERM handlers in
         self._start_rewards()
         # A resumed run samples from streams of its own: seeded as at step 0, the engines
         # replayed the run's first sampling noise.
@@ -318,22 +321,28 @@ class TrainingJob:
                   f"(pass a larger trainer.total_steps to go on)", flush=True)
             rows = MetricsLog(self.run_dir, tensorboard=False).read()
             return {"run_dir": str(self.run_dir), "steps": done, "interrupted": False, "metrics": rows}
+        # From here a SIGTERM (a scheduler's stop) is a Ctrl-C: while starting, it stops what
+        # started and leaves no run folder; once training, it saves a checkpoint first.
+        term = self.term.install()
+        ray_was_up = ray.is_initialized()
         try:
             self.start()
-        except BaseException:  # what did start (emulator, actors) stops too, whatever failed
+        except BaseException as err:  # what did start (emulator, actors) stops too, whatever failed
+            term.restore()
             self.close(graceful=False)
-            with contextlib.suppress(OSError):  # nothing was written: leave no empty run folder
-                self.run_dir.rmdir()
-                print(f"run dir {self.run_dir} removed: the run did not start", flush=True)
+            if not ray_was_up and not self.started_ray and ray.is_initialized():
+                ray.shutdown()  # stopped inside ray.init: its processes outlived the run
+            self._remove_unstarted_run_dir()
+            if isinstance(err, KeyboardInterrupt) and term.received and not isinstance(err, Terminated):
+                raise Terminated from None  # taken in a ray.get: said as the SIGTERM it was
             raise
+        term.renew()
         self._say_what_resume_changed()
         (self.run_dir / "config.json").write_text(config_json(asdict(cfg)))
         log = MetricsLog(self.run_dir, cfg.telemetry.tensorboard)
         log.truncate_after(self.version)
         tasks = [t.name for t in cfg.tasks]
         interrupted = False
-        # After start(): ray.init put in a SIGTERM handler that exits wherever the run is.
-        term = SigtermAsInterrupt().install()
         try:
             with ProgressDisplay(cfg.trainer.total_steps, tasks, cfg.telemetry.progress) as progress:
                 while self.version < cfg.trainer.total_steps:
@@ -373,6 +382,18 @@ class TrainingJob:
         print(f"run dir: {self.run_dir}", flush=True)
         return {"run_dir": str(self.run_dir), "steps": self.version, "interrupted": interrupted,
                 "terminated": interrupted and self._terminated(term), "metrics": rows}
+
+    def _remove_unstarted_run_dir(self) -> None:
+        """A run that did not start leaves no folder: one that is empty, or holds only its
+        reward emulator's state (a resumed run's folder holds its checkpoints: kept)."""
+        try:
+            entries = {p.name for p in self.run_dir.iterdir()}
+        except OSError:
+            return
+        if entries <= {"serverless"}:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(self.run_dir)
+                print(f"run dir {self.run_dir} removed: the run did not start", flush=True)
 
     def _terminated(self, term: SigtermAsInterrupt) -> bool:
         """Was it a SIGTERM that stopped the run (taken between steps, or held by a step)?"""

@@ -53,6 +53,18 @@ class SigtermAsInterrupt:
             self._installed = True
         return self
 
+    def renew(self) -> None:
+        """Put this handler back after `ray.init`, if installed.
+
+        Ray's driver set-up replaces it twice: with `sys.exit` in Python, and
+        with a crash dump and abort in C (its core worker's failure-signal
+        handler), which Python's own records do not show. A SIGTERM while a
+        run was starting printed Ray's stack dump and ended in an abort (134),
+        its processes and run folder left behind.
+        """
+        if self._installed:
+            signal.signal(signal.SIGTERM, self._interrupt)
+
     def restore(self) -> None:
         if self._installed:
             signal.signal(signal.SIGTERM, self._previous)

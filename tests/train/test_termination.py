@@ -56,3 +56,38 @@ def test_a_sigterm_is_a_keyboard_interrupt_that_callers_can_tell_apart():
     finally:
         term.restore()
         signal.signal(signal.SIGTERM, before)
+
+
+@pytest.mark.slow
+def test_a_sigterm_while_the_run_starts_stops_it_cleanly_with_143(tmp_path):
+    """Ray's driver set-up replaced the handler with its own, in C too: a SIGTERM while the
+    engines started printed Ray's stack dump and aborted (134), leaving the run folder (its
+    emulator state) and, at times, Ray's agents behind."""
+    import subprocess
+    import time
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    run_dir = tmp_path / "s"
+    args = [sys.executable, "-m", "roll_agentic.cli", "train", f"output_dir={tmp_path}", "run_name=s",
+            "trainer.total_steps=2", "telemetry.progress=false"]
+    env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_AUTH_MODE="disabled")
+    run = subprocess.Popen(args, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        # Ray is up and the reward emulator listens: the vLLM engines are starting now.
+        while not (run_dir / "serverless" / "endpoint.json").exists() and run.poll() is None:
+            assert time.monotonic() < deadline, "the run's emulator never started"
+            time.sleep(0.2)
+        assert run.poll() is None, run.stdout.read()[-3000:] + run.stderr.read()[-3000:]
+        run.send_signal(signal.SIGTERM)
+        out, err = run.communicate(timeout=180)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait(30)
+    assert run.returncode == EXIT_CODE, out[-2000:] + err[-3000:]
+    assert "terminated (SIGTERM) while starting: no step was taken" in err
+    assert "SIGTERM received at time" not in err  # Ray's crash dump
+    assert not run_dir.exists() and f"run dir {run_dir} removed: the run did not start" in out
