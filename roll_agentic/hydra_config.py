@@ -27,6 +27,7 @@ from omegaconf.errors import (
 
 from roll_agentic import config as schema
 from roll_agentic.config import Config, ConfigError, validate
+from roll_agentic.config_yaml import config_file_problem
 
 DEFAULT_CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
@@ -136,6 +137,9 @@ def load_config(overrides: list[str], config_dir: str | Path | None = None, conf
     config_name = config_name.removesuffix(".yaml")
     if not (conf_dir / f"{config_name}.yaml").exists():
         raise ConfigError(f"no {config_name}.yaml in {conf_dir}")
+    problem = config_file_problem(conf_dir / f"{config_name}.yaml")
+    if problem:  # with its file, line and column, which Hydra's first line did not give
+        raise ConfigError(problem)
     overrides = list(overrides)
     if conf_dir != DEFAULT_CONF_DIR.resolve() and not any(o.startswith("hydra.searchpath") for o in overrides):
         # A folder of the user's own sees the repo's conf/ too: a file there may start from

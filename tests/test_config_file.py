@@ -43,6 +43,15 @@ def test_a_users_file_starts_from_the_default_run_and_the_command_line_wins(tmp_
      "'engine: hf' sets the whole engine section to a string: engine is a config group, so choose its option "
      "in the yaml's defaults list (`- override engine: hf`, after `- config`) or on the command line (engine=hf)"),
     ("defaults:\n  - config\n  - _self_\ntrainer:\n  total_stepz: 3\n", "unknown config key 'trainer.total_stepz'"),
+    # YAML mistakes: Hydra's first line named neither the file nor the line
+    ("defaults:\n  - config\n  - _self_\ntrainer:\n  total_steps: 3\n   lr: 0.1\n",
+     "run.yaml, line 6, column 6: mapping values are not allowed here (a key indented differently"),
+    ("defaults:\n  - config\n  - _self_\ntrainer:\n  total_steps: 3\ntrainer:\n  lr: 0.1\n",
+     "run.yaml, line 6, column 1: 'trainer' is given twice (first on line 4); keep one"),
+    ("defaults:\n  - config\n  - _self_\ntrainer: {total_steps: 3\n", "run.yaml, line 5, column 1: while parsing a flow"),
+    # valid Hydra that threw the file's own values away, silently
+    ("defaults:\n  - _self_\n  - config\ntrainer: {total_steps: 1}\n",
+     "its defaults list puts _self_ before config, so config's values are merged over this file's"),
 ])
 def test_a_file_that_cannot_be_a_run_says_what_to_write(tmp_path, text, says):
     _write(tmp_path, "run.yaml", text)
