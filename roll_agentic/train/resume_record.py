@@ -18,17 +18,20 @@ def schedule_change_line(before: dict, now, step: int) -> str | None:
     from roll_agentic.train.lr_schedule import lr_at
 
     try:
-        old_total = int(before["total_steps"])
-        was = lr_at(step, float(before.get("lr", now.lr)), old_total, before.get("lr_schedule", now.lr_schedule),
+        old_total, old_lr = int(before["total_steps"]), float(before.get("lr", now.lr))
+        was = lr_at(step, old_lr, old_total, before.get("lr_schedule", now.lr_schedule),
                     float(before.get("lr_min_ratio", now.lr_min_ratio)),
                     int(before.get("lr_warmup_steps", now.lr_warmup_steps)))
     except (KeyError, TypeError, ValueError):
         return None
     if old_total == now.total_steps:
         return None
+    # The schedule's own part, at the run's lr: a new trainer.lr moves the rate too, but it
+    # is listed with the other settings, and it was named here as the schedule's doing.
+    stretched = lr_at(step, old_lr, now.total_steps, now.lr_schedule, now.lr_min_ratio, now.lr_warmup_steps)
+    if math.isclose(was, stretched, rel_tol=1e-9, abs_tol=0.0):
+        return None  # a constant schedule, or a step at its floor either way: total_steps moves nothing
     rate = lr_at(step, now.lr, now.total_steps, now.lr_schedule, now.lr_min_ratio, now.lr_warmup_steps)
-    if math.isclose(was, rate, rel_tol=1e-9, abs_tol=0.0):
-        return None  # a constant schedule: the rate does not depend on total_steps
     old_schedule = before.get("lr_schedule", now.lr_schedule)
     if old_schedule != now.lr_schedule:
         why = (f"the schedule is now {now.lr_schedule} over {now.total_steps} steps "
@@ -36,6 +39,8 @@ def schedule_change_line(before: dict, now, step: int) -> str | None:
     else:
         why = (f"the {now.lr_schedule} schedule now runs over {now.total_steps} steps "
                f"(trainer.total_steps was {old_total})")
+    if not math.isclose(stretched, rate, rel_tol=1e-9, abs_tol=0.0):
+        why += f", and trainer.lr is now {now.lr:g} (was {old_lr:g})"
     return f"learning rate at step {step + 1}: {was:.3g} -> {rate:.3g}, because {why}"
 
 

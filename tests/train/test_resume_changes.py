@@ -140,6 +140,16 @@ def test_a_resume_with_another_total_steps_says_how_the_rate_moves(tmp_path, cap
         "(trainer.total_steps was 20)"]
     assert f"{was:.3g}" == "0.000459" and f"{now:.3g}" == "0.000961"
     assert resume("trainer.total_steps=20") == []  # the run's own: nothing moves
+    # A new lr as well: both causes are named (the lr's was put down to total_steps)
+    both = lr_at(10, 5e-4, 80, "cosine")
+    assert resume("trainer.total_steps=80", "trainer.lr=5e-4") == [
+        f"learning rate at step 11: {was:.3g} -> {both:.3g}, because the cosine schedule now runs over 80 steps "
+        "(trainer.total_steps was 20), and trainer.lr is now 0.0005 (was 0.001)"]
+    # at the schedule's floor under either total, only the lr moves the rate: nothing said here
+    # (the new lr is listed with the resume's other settings)
+    (run / "config.json").write_text(config_json(asdict(load_config([*base, "trainer.total_steps=10"]))))
+    assert resume("trainer.total_steps=11", "trainer.lr=5e-4") == []  # step 11 is the last of 11
+    (run / "config.json").write_text(config_json(asdict(load_config([*base, "trainer.total_steps=20"]))))
     assert resume("trainer.total_steps=80", "trainer.lr_schedule=constant") == [
         "learning rate at step 11: 0.000459 -> 0.001, because the schedule is now constant over 80 steps "
         "(was cosine over 20)"]
