@@ -26,6 +26,8 @@ class ConfigError(ValueError):
     """A configuration a run cannot start with; the message is one line."""
 
 
+TASK_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
 @dataclass
 class TaskConfig:
     name: str = "task"  # tag used in metrics, routing and grouping
@@ -420,6 +422,10 @@ def validate(cfg: Config) -> Config:
     for i, t in enumerate(cfg.tasks):
         k = f"tasks.{i}"  # as an override names it (tasks.0.max_turns=4)
         _check(e, bool(t.name) and t.name not in seen, f"{k}.name", "a unique non-empty name", t.name)
+        # It names metrics and TensorBoard tags (reward/<name>/mean): a space or a slash made
+        # keys a reader splits wrongly.
+        _check(e, not t.name or bool(TASK_NAME.fullmatch(t.name)), f"{k}.name",
+               "letters, digits, _, - and . only (it names the task's metrics, reward/<name>/mean)", t.name)
         seen.add(t.name)
         _check(e, bool(t.env_id), f"{k}.env_id", "a gymnasium id or module:Class", t.env_id)
         _check(e, t.max_turns >= 1, f"{k}.max_turns", "an integer >= 1", t.max_turns)

@@ -32,6 +32,7 @@ def test_list_of_tasks_from_the_command_line_takes_defaults():
     ("engine=foo", "config group engine has no option 'foo'"),
     ("engine.backend=tpu", "engine.backend: expected one of auto, vllm, hf"),
     ("tasks=[{name:c,envid:X}]", "unknown config key"),
+    ("tasks=[{name:a/b,env_id:CliffWalking-v1}]", "tasks.0.name: expected letters, digits, _, - and . only"),
     ("rollout.mode=tail_batching", "algo.alpha: expected 0 with rollout.mode=tail_batching"),
     ("trainer.device=gpu", "trainer.device: expected cpu, cuda or cuda:N"),
     # accepted before, then a hang (max_batch=0), a torch error (a turn's budget filling the
@@ -81,3 +82,9 @@ def test_rewards_sharing_a_file_name_are_refused_only_when_deployed():
                               "roll-agentic-reward; rename one module's file")
     cfg = load_config([TWO_REWARD_PY, "reward=local"])
     assert [t.reward for t in cfg.tasks] == ["pkg_a.reward", "pkg_b.reward"]
+
+
+def test_a_task_name_with_a_space_is_refused():
+    """It names metrics and TensorBoard tags: `reward/my task/mean`."""
+    with pytest.raises(ConfigError, match=r"tasks\.0\.name: expected letters, digits, _, - and \. only .* got 'my task'"):
+        load_config(["tasks=[{name:my task,env_id:CliffWalking-v1}]"])

@@ -15,6 +15,7 @@ appears whole or not at all.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -56,6 +57,10 @@ def find_checkpoint(source: str | Path, step: int | None = None) -> Path:
                               "or name the run directory")
         return src
     root = src / "checkpoints"
+    if not src.exists():
+        close = difflib.get_close_matches(src.name, _entries(src.parent), n=1, cutoff=0.6)
+        raise ExportError(f"{src} does not exist" + (f" (did you mean {src.parent / close[0]}?)" if close else
+                          ": give a run directory (the `run dir:` a run prints) or one of its checkpoints"))
     if not root.is_dir():
         raise ExportError(f"{src} is neither a run directory (no checkpoints/ in it) nor a checkpoint "
                           f"(no {WEIGHTS} in it)")
@@ -231,3 +236,11 @@ def export_checkpoint(source: str | Path, out: str | Path, step: int | None = No
     run_step = int(ckpt.name.removeprefix("step_")) if ckpt.name.removeprefix("step_").isdigit() else -1
     return Exported(out=out, checkpoint=ckpt, step=run_step, base=base_dir, dtype=target, tensors=len(weights),
                     bytes=(out / "model.safetensors").stat().st_size)
+
+
+def _entries(folder: Path) -> list[str]:
+    """The names in `folder`, or none if it cannot be listed."""
+    try:
+        return [p.name for p in folder.iterdir()]
+    except OSError:
+        return []

@@ -76,6 +76,12 @@ def test_an_older_run_without_the_recorded_base_finds_it_through_its_config(tmp_
 def test_bad_sources_and_targets_are_one_line_each_and_write_nothing(tmp_path, base):
     with pytest.raises(ExportError, match="neither a run directory .* nor a checkpoint"):
         find_checkpoint(tmp_path)
+    # a path that is not there is said to be missing, with the closest name beside it
+    (tmp_path / "20261129-120000").mkdir()
+    with pytest.raises(ExportError, match=r"20261129-12000 does not exist \(did you mean .*20261129-120000\?\)"):
+        find_checkpoint(tmp_path / "20261129-12000")
+    with pytest.raises(ExportError, match="nope does not exist: give a run directory"):
+        find_checkpoint(tmp_path / "nope")
     (tmp_path / "empty" / "checkpoints").mkdir(parents=True)
     with pytest.raises(ExportError, match="no complete checkpoint yet"):
         find_checkpoint(tmp_path / "empty")
