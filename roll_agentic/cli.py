@@ -90,9 +90,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     except (OSError, RuntimeError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("interrupted: no result", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        from roll_agentic.train.termination import EXIT_CODE as TERMINATED_EXIT_CODE
+        from roll_agentic.train.termination import Terminated
+
+        terminated = isinstance(stop, Terminated)
+        print(f"{'terminated (SIGTERM)' if terminated else 'interrupted'}: no result", file=sys.stderr)
+        return TERMINATED_EXIT_CODE if terminated else 130
     print("\n".join(eval_table(result)))
     print(json.dumps(result))
     return 0

@@ -11,7 +11,6 @@ import contextlib
 import json
 import math
 import os
-import shutil
 import signal
 import time
 from dataclasses import asdict
@@ -29,6 +28,7 @@ from roll_agentic.train.job_setup import (
     check_before_start,
     make_trainer,
     new_buffer,
+    remove_unstarted_dir,
     resolve_model_path,
     resolve_run_dir,
     spawn_engines,
@@ -332,18 +332,18 @@ class TrainingJob:
             self.close(graceful=False)
             if not ray_was_up and not self.started_ray and ray.is_initialized():
                 ray.shutdown()  # stopped inside ray.init: its processes outlived the run
-            self._remove_unstarted_run_dir()
+            remove_unstarted_dir(self.run_dir, "run")
             if isinstance(err, KeyboardInterrupt) and term.received and not isinstance(err, Terminated):
                 raise Terminated from None  # taken in a ray.get: said as the SIGTERM it was
             raise
-        term.renew()
-        self._say_what_resume_changed()
-        (self.run_dir / "config.json").write_text(config_json(asdict(cfg)))
-        log = MetricsLog(self.run_dir, cfg.telemetry.tensorboard)
-        log.truncate_after(self.version)
         tasks = [t.name for t in cfg.tasks]
         interrupted = False
-        try:
+        log = None
+        try:  # from here on every way out closes the run: a SIGTERM before the loop too
+            self._say_what_resume_changed()
+            (self.run_dir / "config.json").write_text(config_json(asdict(cfg)))
+            log = MetricsLog(self.run_dir, cfg.telemetry.tensorboard)
+            log.truncate_after(self.version)
             with ProgressDisplay(cfg.trainer.total_steps, tasks, cfg.telemetry.progress) as progress:
                 while self.version < cfg.trainer.total_steps:
                     m = self.step_once(hold_until_logged=True)
@@ -358,11 +358,11 @@ class TrainingJob:
             interrupted = True
             torn = self.guard.torn
             self.guard.abandon()
+            cause = "terminated (SIGTERM)" if self._terminated(term) else "interrupted"
             if torn:
                 print(f"\nstopped in the middle of step {self.version + 1}: nothing saved, the last "
                       "checkpoint stands", flush=True)
             else:
-                cause = "terminated (SIGTERM)" if self._terminated(term) else "interrupted"
                 print(f"\n{cause}: saving a checkpoint before stopping ...", flush=True)
                 # Not torn: no step is half done. One whose update had not begun took groups
                 # (a streamed round's so far, or its batch) that trained nothing: saved as not
@@ -373,8 +373,9 @@ class TrainingJob:
         finally:
             term.restore()
             self.guard.abandon()
-            rows = log.read()
-            log.close()
+            rows = log.read() if log else []
+            if log:
+                log.close()
             if cfg.telemetry.plots and rows:
                 reward_curve(rows, tasks, self.run_dir / "reward_curve.png")
                 pool_busy(rows, [p.name for p in effective_pools(cfg)], self.run_dir / "pools.png")
@@ -382,18 +383,6 @@ class TrainingJob:
         print(f"run dir: {self.run_dir}", flush=True)
         return {"run_dir": str(self.run_dir), "steps": self.version, "interrupted": interrupted,
                 "terminated": interrupted and self._terminated(term), "metrics": rows}
-
-    def _remove_unstarted_run_dir(self) -> None:
-        """A run that did not start leaves no folder: one that is empty, or holds only its
-        reward emulator's state (a resumed run's folder holds its checkpoints: kept)."""
-        try:
-            entries = {p.name for p in self.run_dir.iterdir()}
-        except OSError:
-            return
-        if entries <= {"serverless"}:
-            with contextlib.suppress(OSError):
-                shutil.rmtree(self.run_dir)
-                print(f"run dir {self.run_dir} removed: the run did not start", flush=True)
 
     def _terminated(self, term: SigtermAsInterrupt) -> bool:
         """Was it a SIGTERM that stopped the run (taken between steps, or held by a step)?"""

@@ -6,7 +6,9 @@ the rollout workers.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import shutil
 from pathlib import Path
 
 import ray
@@ -225,3 +227,16 @@ def new_buffer(cfg: Config, run_dir: Path, multiplexed: bool = False):
         shares, cfg.algo.groups_per_step, cfg.algo.alpha, cfg.trainer.seed,
         prepare_ahead=cfg.rollout.prepare_next_step and not multiplexed,
         drop_no_signal=cfg.rollout.drop_no_signal_groups, max_failing_s=cfg.rollout.max_failing_s)
+
+
+def remove_unstarted_dir(run_dir: Path, what: str) -> None:
+    """A run (or eval) that did not start leaves no folder: one that is empty, or holds only
+    its reward emulator's state (a resumed run's folder holds its checkpoints: kept)."""
+    try:
+        entries = {p.name for p in run_dir.iterdir()}
+    except OSError:
+        return
+    if entries <= {"serverless"}:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(run_dir)
+            print(f"{what} dir {run_dir} removed: the {what} did not start", flush=True)

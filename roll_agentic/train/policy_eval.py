@@ -28,12 +28,14 @@ from roll_agentic.train.job_setup import (
     check_before_start,
     new_buffer,
     not_a_model,
+    remove_unstarted_dir,
     resolve_model_path,
     spawn_engines,
     spawn_rollout_workers,
     start_ray,
     start_rewards,
 )
+from roll_agentic.train.termination import SigtermAsInterrupt, Terminated
 
 FIGURES = ("mean", "success", "turns", "episodes", "failed")
 
@@ -50,9 +52,14 @@ def evaluate_policy(cfg: Config) -> dict:
     check_before_start(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     print(f"eval dir: {run_dir}", flush=True)
-    started = start_ray(cfg)
-    service, engines, actors = None, [], []
+    # A SIGTERM (a scheduler's stop) ends it the way Ctrl-C does: what started stops, Ray too.
+    # Ray's own handler, put in by ray.init, aborted with a stack dump and left its processes.
+    term = SigtermAsInterrupt().install()
+    ray_was_up = ray.is_initialized()
+    started, service, engines, actors, metrics = False, None, [], [], None
     try:
+        started = start_ray(cfg)
+        term.renew()  # ray.init put its own SIGTERM handlers in
         service, endpoint = start_rewards(cfg, run_dir)
         spawn_engines(cfg, model_path, cfg.trainer.seed, engines)
         router = ray.remote(num_cpus=0)(Router).remote(**router_kwargs(cfg))
@@ -61,15 +68,22 @@ def evaluate_policy(cfg: Config) -> dict:
         workers = spawn_rollout_workers(cfg, model_path, engines, router, buffer, endpoint)
         actors += workers
         metrics = run_evaluation(workers, cfg.tasks, cfg.eval)
+    except KeyboardInterrupt as err:
+        if term.received and not isinstance(err, Terminated):
+            raise Terminated from None  # taken in a ray.get: said as the SIGTERM it was
+        raise
     finally:
+        term.restore()
         for a in actors + engines:
             with contextlib.suppress(Exception):
                 ray.kill(a)
         if service is not None:
             with contextlib.suppress(Exception):
                 service.stop()
-        if started:
+        if started or (not ray_was_up and ray.is_initialized()):  # or stopped inside ray.init
             ray.shutdown()
+        if metrics is None:
+            remove_unstarted_dir(run_dir, "eval")
     result = {
         "model": model_path,
         "checkpoint": checkpoint,

@@ -135,6 +135,29 @@ def test_sigterm_between_updates_saves_a_checkpoint_and_stops(tmp_path, tiny_mod
     assert not isinstance(getattr(handler, "__self__", None), SigtermAsInterrupt)
 
 
+def test_a_sigterm_just_after_start_up_still_closes_the_runs_actors(tmp_path, tiny_model_path, monkeypatch):
+    """Between start-up and the training loop a SIGTERM went past every handler of the run's:
+    its engines, workers and emulator were left to Ray's exit."""
+    import os
+    import signal
+
+    closed = []
+    real_close = TrainingJob.close
+
+    def terminated_at_once(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def noted_close(self, graceful=True):
+        closed.append(graceful)
+        real_close(self, graceful)
+
+    monkeypatch.setattr(TrainingJob, "_say_what_resume_changed", terminated_at_once)
+    monkeypatch.setattr(TrainingJob, "close", noted_close)
+    result = TrainingJob(_cfg(tmp_path)).run()
+    assert result["interrupted"] and result["terminated"] and result["steps"] == 0
+    assert closed == [True]
+
+
 def test_a_rollout_worker_that_dies_stops_the_run_with_its_name_instead_of_a_silent_wait(tmp_path, tiny_model_path):
     import ray
 
