@@ -84,8 +84,10 @@ def load_cluster(path: str | Path, base: ClusterSpec | None = None) -> ClusterSp
     """`base` (default: the paper's cluster) with the file's hardware; ValueError listing every problem."""
     base = base or ClusterSpec()
     raw = read_doc(path, "cluster file", yaml.safe_load, yaml.YAMLError, "YAML")
-    if raw is None:  # empty, or comments only: every default
-        raw = {}
+    if raw is None:  # a file truncated, or the wrong one, ran the default cluster without a word
+        raise ValueError(f"cluster file {path} states no hardware (it is empty, or comments only): give at least "
+                         f"one of {', '.join(_POOLS + tuple(_SPEC_RULES))}, or leave out --cluster for the "
+                         "default cluster")
     if not isinstance(raw, dict):
         raise ValueError(f"cluster file {path}: expected a mapping with {', '.join(_POOLS + tuple(_SPEC_RULES))}")
     problems: list[str] = []

@@ -30,7 +30,7 @@ def test_keys_left_out_keep_the_defaults(tmp_path):
     assert spec.train.name == "H100" and spec.train.price_per_gpu_hour == 2.5
     assert spec.train.gpus_per_node == 8 and spec.train.host_mem_gb == 1024
     assert spec.rollout == ClusterSpec().rollout and spec.cold_switch_s == 90.0
-    assert load_cluster(_yaml(tmp_path, "")) == ClusterSpec()  # an empty file changes nothing
+    assert load_cluster(_yaml(tmp_path, "{}")) == ClusterSpec()  # an empty mapping, on purpose: every default
 
 
 @pytest.mark.parametrize(
@@ -47,6 +47,8 @@ def test_keys_left_out_keep_the_defaults(tmp_path):
         ("scale_efficiency: 1.5", "scale_efficiency must be a fraction in (0, 1], got 1.5"),
         ("warm_switch_s: -1", "warm_switch_s must be seconds, >= 0, got -1"),
         ("- a list", "expected a mapping"),
+        ("", "states no hardware (it is empty, or comments only)"),
+        ("# rollout: {name: H20}\n", "or leave out --cluster for the default cluster"),
         ("rollout: {name: [", "is not YAML"),
         ("warm_switch_s: 500\ncold_switch_s: 100", "warm_switch_s (500) is longer than cold_switch_s (100)"),
         ("warm_switch_s: 200", "warm_switch_s (200) is longer than cold_switch_s (135)"),  # the default cold
