@@ -204,7 +204,7 @@ class RewardConfig:
 @dataclass
 class RayConfig:
     address: str = ""  # "" = a fresh local Ray on loopback; else join this cluster
-    num_cpus: int = 0  # 0 = all cores (local Ray only)
+    num_cpus: int = 0  # a local Ray's logical CPU slots; 0 = 16 (actors are mostly idle or async)
 
 
 @dataclass
@@ -335,7 +335,7 @@ def validate(cfg: Config) -> Config:
     _check(e, cfg.reward.timeout_s > 0, "reward.timeout_s", "a number of seconds > 0", cfg.reward.timeout_s)
     _check(e, cfg.trainer.max_grad_norm > 0, "trainer.max_grad_norm", "a number > 0", cfg.trainer.max_grad_norm)
     _check(e, cfg.trainer.weight_decay >= 0, "trainer.weight_decay", "a number >= 0", cfg.trainer.weight_decay)
-    _check(e, cfg.ray.num_cpus >= 0, "ray.num_cpus", "an integer >= 0 (0 = all cores)", cfg.ray.num_cpus)
+    _check(e, cfg.ray.num_cpus >= 0, "ray.num_cpus", "an integer >= 0 (0 = 16 logical slots)", cfg.ray.num_cpus)
     _check(e, cfg.envs.num_cpus >= 0, "envs.num_cpus", "a number >= 0", cfg.envs.num_cpus)
     plain_name = re.fullmatch(r"[\w.-]+", cfg.run_name) is not None and cfg.run_name not in (".", "..")
     _check(e, cfg.run_name == "" or plain_name, "run_name",
@@ -381,7 +381,8 @@ def validate(cfg: Config) -> Config:
            cfg.trainer.lr_schedule)
     _check(e, 0.0 <= cfg.trainer.lr_min_ratio <= 1.0, "trainer.lr_min_ratio", "a number in [0, 1]",
            cfg.trainer.lr_min_ratio)
-    _check(e, cfg.trainer.lr_warmup_steps >= 0, "trainer.lr_warmup_steps", "an integer >= 0",
+    _check(e, 0 <= cfg.trainer.lr_warmup_steps < max(cfg.trainer.total_steps, 1), "trainer.lr_warmup_steps",
+           f"an integer >= 0 and fewer than trainer.total_steps ({cfg.trainer.total_steps})",
            cfg.trainer.lr_warmup_steps)
     _check(e, cfg.trainer.micro_batch_size >= 1, "trainer.micro_batch_size", "an integer >= 1", cfg.trainer.micro_batch_size)
     _check(e, cfg.trainer.ppo_epochs >= 1, "trainer.ppo_epochs", "an integer >= 1", cfg.trainer.ppo_epochs)
@@ -415,6 +416,15 @@ def validate(cfg: Config) -> Config:
     # reward.mode=local nothing is deployed, and each module is imported by its own name.
     clashing = stem_clashes([t.reward for t in cfg.tasks if not syntax_problem(t.reward)]) \
         if cfg.reward.mode == "serverless" else []
+    if cfg.reward.mode == "serverless":
+        # Lambda (and the emulator, which checks as it does) takes names of 1-64 letters, digits,
+        # - and _: a prefix with a space or a colon failed in boto3 after Ray had started.
+        longest = max((function_stem(t.reward) for t in cfg.tasks if not syntax_problem(t.reward)), key=len,
+                      default="")
+        name = cfg.reward.function_prefix + longest
+        _check(e, re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) is not None, "reward.function_prefix",
+               f"letters, digits, - and _ only, at most {64 - len(longest)} of them (with '{longest}' after it the "
+               f"Lambda function name {name!r} must be at most 64 such characters)", cfg.reward.function_prefix)
     for first, second in clashing:
         e.append(f"tasks: rewards {first!r} and {second!r} would both be deployed as "
                  f"{cfg.reward.function_prefix}{function_stem(second)}; rename one module's file")
@@ -467,6 +477,14 @@ def validate(cfg: Config) -> Config:
         _check(e, h.prefill_tokens_per_s > 0, f"{k}.prefill_tokens_per_s", "a number > 0", h.prefill_tokens_per_s)
         _check(e, h.decode_tokens_per_s > 0, f"{k}.decode_tokens_per_s", "a number > 0", h.decode_tokens_per_s)
         _check(e, h.price_per_hour >= 0, f"{k}.price_per_hour", "a number >= 0", h.price_per_hour)
+    if cfg.router.policy == "phase_aware":
+        # A pool whose class has no cost entry is never costed: every request silently took
+        # its task's own pool, as under `affinity` (a class written H20 here and h20 there).
+        known = sorted(cfg.router.hardware)
+        for p in effective_pools(cfg):
+            _check(e, p.hardware in cfg.router.hardware, f"pools[{p.name}].hardware",
+                   f"a class router.policy=phase_aware can cost, one of router.hardware's {known} (names are "
+                   "case-sensitive)", p.hardware)
     if e:
         raise ConfigError(e[0] if len(e) == 1 else f"{e[0]} (and {len(e) - 1} more: {'; '.join(e[1:])})")
     return cfg

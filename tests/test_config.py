@@ -53,6 +53,12 @@ def test_list_of_tasks_from_the_command_line_takes_defaults():
      "rollout.drop_no_signal_groups: expected false with rollout.mode=tail_batching"),
     ("algo.advantage=ppo", "algo.advantage: expected one of grpo, grpo_no_std, rloo"),
     ("algo.loss_agg=seq_mean", "algo.loss_agg: expected one of token_mean, seq_mean_token_mean"),
+    # accepted, then boto3's ValidationException as a traceback once Ray and the emulator were up
+    ("reward=serverless reward.function_prefix=team:", "reward.function_prefix: expected letters, digits, - and _"),
+    (f"reward=serverless reward.function_prefix={'x' * 60}", "at most 52 of them (with 'guess_number' after it"),
+    # a warm-up scaled the decayed rate: as long as the run, it never reached a third of trainer.lr
+    ("trainer.lr_warmup_steps=80", "trainer.lr_warmup_steps: expected an integer >= 0 and fewer than "
+     "trainer.total_steps (80), got 80"),
 ])
 def test_bad_config_is_one_clear_line(override, message):
     with pytest.raises(ConfigError) as err:

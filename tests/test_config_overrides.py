@@ -72,6 +72,11 @@ def test_the_free_form_mappings_take_the_users_own_keys():
      "router.hardware.H20.prefill_tokens_per_s: expected a number > 0, got 0.0"),
     (["router.hardware={H20:{decode_tokens_per_s:-5}}"], "router.hardware.H20.decode_tokens_per_s: expected a number > 0"),
     (["router.hardware={H20:{price_per_hour:-1}}"], "router.hardware.H20.price_per_hour: expected a number >= 0"),
+    # a pool phase_aware cannot cost: every request took its task's own pool, as under affinity
+    (["router.policy=phase_aware", "router.hardware={H20:{prefill_tokens_per_s:4000}}",
+      "pools=[{name:default,hardware:h20},{name:prefill,hardware:H20}]"],
+     "pools[default].hardware: expected a class router.policy=phase_aware can cost, one of router.hardware's ['H20']"),
+    (["router.policy=phase_aware"], "pools[default].hardware: expected a class router.policy=phase_aware can cost"),
     # two pools of one name were silently merged into one by the router
     (["pools=[{name:default,hardware:H20},{name:default,hardware:H800}]"],
      "pools.1.name: expected a name no other pool has, got 'default'"),

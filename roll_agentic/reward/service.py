@@ -38,6 +38,8 @@ def deploy_rewards(endpoint_url: str, names: list[str], cfg: RewardConfig, sourc
     timeout come from the module's LAMBDA_MEMORY_MB / LAMBDA_TIMEOUT_S when declared; else
     256 MB and cfg.timeout_s.
     """
+    from botocore.exceptions import BotoCoreError, ClientError
+
     from serverless.deploy import deploy, lambda_client, spec_for
 
     paths = [_module_file(name, source_dir) for name in dict.fromkeys(names)]  # all found before any deploy
@@ -52,7 +54,11 @@ def deploy_rewards(endpoint_url: str, names: list[str], cfg: RewardConfig, sourc
                             ", ".join(spec.missing_on_lambda))
             if "LAMBDA_TIMEOUT_S" not in _declared(path):
                 spec.timeout_s = max(1, int(round(cfg.timeout_s)))
-            out.append(deploy(client, spec))
+            try:
+                out.append(deploy(client, spec))
+            except (BotoCoreError, ClientError) as err:  # a refused name, no credentials, access denied
+                raise RuntimeError(f"deploying reward {path.name} as Lambda function {spec.name!r} to "
+                                   f"{endpoint_url} failed: {err}") from None
     finally:
         client.close()
     return out

@@ -81,7 +81,7 @@ class TrainingJob:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.model_path = resolve_model_path(cfg)
-        check_before_start(cfg)
+        check_before_start(cfg, self.model_path)
         self._check_resume_matches_run()
         self.started_ray = start_ray(cfg)
         self.term.renew()  # ray.init put its own SIGTERM handlers in
@@ -368,8 +368,13 @@ class TrainingJob:
                 # (a streamed round's so far, or its batch) that trained nothing: saved as not
                 # taken, or a resume never ran their prompts (a whole step's advance emptied the
                 # list). Their streamed gradients are in no weight or optimizer state saved.
-                with contextlib.suppress(Exception):
+                try:
                     print(f"checkpoint: {self.checkpoint(untrained=True)}", flush=True)
+                except Exception as err:  # a full disk, a dead buffer actor: said, with what a resume has
+                    last = latest_checkpoint(self.run_dir / "checkpoints")
+                    stands = (f"the last checkpoint, {last.name}, stands: a resume repeats the steps after it"
+                              if last else "no checkpoint stands: a resume starts over")
+                    print(f"checkpoint failed ({type(err).__name__}: {err}): {stands}", flush=True)
         finally:
             term.restore()
             self.guard.abandon()

@@ -53,7 +53,7 @@ def not_a_model(path: Path) -> str:
     return ""
 
 
-def check_before_start(cfg: Config) -> None:
+def check_before_start(cfg: Config, model_path: str = "") -> None:
     """What can be found wrong before Ray starts, each said in one line (RuntimeError, ValueError)."""
     import torch
 
@@ -67,6 +67,25 @@ def check_before_start(cfg: Config) -> None:
         raise RuntimeError(problem)
     # a typo in env_id or reward, or an env call past the run's limit: one line now, not a failing run
     check_tasks(cfg.tasks, cfg.reward.mode, cfg.rollout.env_step_timeout_s)
+    if model_path:
+        problem = context_problem(cfg.engine.max_model_len, Path(model_path))
+        if problem:
+            raise ValueError(problem)
+
+
+def context_problem(max_model_len: int, model_path: Path) -> str:
+    """Is engine.max_model_len longer than the model's positions? vLLM refused it inside each
+    engine's start, with Ray and the reward emulator up, as a pydantic error."""
+    import json
+
+    try:
+        positions = json.loads((model_path / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if isinstance(positions, int | float) and positions > 0 and max_model_len > positions:
+        return (f"engine.max_model_len={max_model_len} is longer than the model's max_position_embeddings "
+                f"({int(positions)}, in {model_path / 'config.json'}): set engine.max_model_len <= {int(positions)}")
+    return ""
 
 
 def start_ray(cfg: Config) -> bool:
@@ -129,8 +148,26 @@ def spawn_engines(cfg: Config, model_path: str, base_seed: int, engines: list | 
             engines.append(actor.remote(backend, model_path, cfg.engine, base_seed + len(engines), pool.name,
                                         pool.hardware))
             pools.append(pool.name)
-    ray.get([e.ping.remote() for e in engines])
+    pings = [e.ping.remote() for e in engines]
+    for ping, pool in zip(pings, pools, strict=True):
+        try:
+            ray.get(ping)
+        except ray.exceptions.RayActorError as err:  # Ray's whole traceback, as a RuntimeError the CLI says
+            raise RuntimeError(f"an engine of pool {pool!r} failed to start ({cfg.engine.backend} backend): "
+                               f"{raised_in_actor(err)}") from None
     return engines, pools
+
+
+def raised_in_actor(err: Exception) -> str:
+    """The exception an actor's constructor raised, in one line, out of Ray's report of its death
+    (its traceback: after the last frame, its indented source and caret lines, the exception)."""
+    lines = str(err).splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith('  File "')]
+    if frames:
+        lines = lines[frames[-1] + 1:]
+        while lines and lines[0].startswith(" "):
+            lines = lines[1:]
+    return " ".join(" ".join(lines).split()) or type(err).__name__
 
 
 def make_trainer(model_path: str, cfg: Config):

@@ -49,7 +49,7 @@ def evaluate_policy(cfg: Config) -> dict:
     if exported:
         cfg = replace(cfg, model=replace(cfg.model, path=exported))
     model_path = resolve_model_path(cfg)
-    check_before_start(cfg)
+    check_before_start(cfg, model_path)
     run_dir.mkdir(parents=True, exist_ok=True)
     print(f"eval dir: {run_dir}", flush=True)
     # A SIGTERM (a scheduler's stop) ends it the way Ctrl-C does: what started stops, Ray too.

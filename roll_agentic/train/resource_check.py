@@ -35,7 +35,11 @@ def in_process_device_error(cfg: Config, cuda_available: bool) -> str | None:
 
 
 def demand(cfg: Config) -> dict[str, list[tuple[str, float]]]:
-    """Per resource other than CPU slots: (who asks, how much in all)."""
+    """Per resource, CPU slots too: (who asks, how much in all).
+
+    CPU slots are Ray's logical ones (a local Ray has 16 unless `ray.num_cpus`
+    says otherwise); `ray.num_cpus=1` with two engines left the second pending
+    for ever."""
     asks: dict[str, list[tuple[str, float]]] = defaultdict(list)
 
     def add(who: str, resources: dict[str, float], count: int) -> None:
@@ -45,15 +49,16 @@ def demand(cfg: Config) -> dict[str, list[tuple[str, float]]]:
 
     for pool in effective_pools(cfg):
         place = placement(pool.resources)
-        add(f"pools[{pool.name}] engines", {"GPU": place.num_gpus, **place.resources}, pool.num_engines)
+        add(f"pools[{pool.name}] engines", {"CPU": place.num_cpus, "GPU": place.num_gpus, **place.resources},
+            pool.num_engines)
     env = placement(cfg.envs.resources, cfg.envs.num_cpus, cfg.envs.num_cpus)
-    add("env workers (envs.resources)", {"GPU": env.num_gpus, **env.resources}, cfg.rollout.num_workers)
+    add("env workers (envs.resources)", {"CPU": env.num_cpus, "GPU": env.num_gpus, **env.resources},
+        cfg.rollout.num_workers)
     if not trainer_in_process(cfg):
         t = cfg.trainer
-        per_worker = {k: v for k, v in t.resources.items() if k != "CPU"}
-        if t.device.startswith("cuda"):
-            per_worker["GPU"] = max(per_worker.get("GPU", 0.0), 1.0)
-        add("trainer workers", per_worker, t.num_workers)
+        place = placement(t.resources, default_cpus=0.0, pinned_cpus=1.0)  # as train/parallel.py asks
+        gpus = max(place.num_gpus, 1.0) if t.device.startswith("cuda") else place.num_gpus
+        add("trainer workers", {"CPU": place.num_cpus, "GPU": gpus, **place.resources}, t.num_workers)
     return dict(asks)
 
 
@@ -74,9 +79,12 @@ def shortfall_error(cfg: Config, available: dict[str, float]) -> str | None:
     lines = _short_lines(cfg, available, "on this machine", flag_absent=False)
     if not lines:
         return None
+    cpu_hint = ("\nFor CPU slots: raise ray.num_cpus (Ray's logical slots; 0 = 16), or ask for fewer "
+                "(pools[*].num_engines, envs.num_cpus)") if any(line.startswith("  CPU:") for line in lines) else ""
     return ("the run needs resources this machine's Ray does not have, so its actors would wait for ever:\n"
             + "\n".join(lines) + "\nOn a machine without GPUs use trainer.device=cpu and no GPU in pools[*].resources "
-            "or envs.resources; for node types (e.g. gpu_h20), join a cluster that has them with ray.address=...")
+            "or envs.resources; for node types (e.g. gpu_h20), join a cluster that has them with ray.address=..."
+            + cpu_hint)
 
 
 def cluster_shortfall_warning(cfg: Config, available: dict[str, float]) -> str | None:

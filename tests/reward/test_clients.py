@@ -196,6 +196,16 @@ def test_serverless_client_retries_throttles(emulator):
     assert refused and all("ReservedFunctionConcurrentInvocationLimitExceeded" in o.error for o in refused)
 
 
+def test_a_deploy_the_service_refuses_is_one_line_naming_the_function(emulator):
+    """boto3's ClientError came out of `train` as a traceback, after Ray had started."""
+    url, svc = emulator
+    with pytest.raises(RuntimeError) as err:
+        svc.deploy_rewards(url, ["frozenlake"], RewardConfig(mode="serverless", function_prefix="team:"))
+    said = str(err.value)
+    assert said.startswith(f"deploying reward frozenlake.py as Lambda function 'team:frozenlake' to {url} failed: ")
+    assert "ValidationException" in said
+
+
 def test_factory():
     assert isinstance(make_reward_client(RewardConfig(mode="local")), LocalRewardClient)
     with pytest.raises(ValueError, match="endpoint"):

@@ -135,9 +135,11 @@ def test_sigterm_between_updates_saves_a_checkpoint_and_stops(tmp_path, tiny_mod
     assert not isinstance(getattr(handler, "__self__", None), SigtermAsInterrupt)
 
 
-def test_a_sigterm_just_after_start_up_still_closes_the_runs_actors(tmp_path, tiny_model_path, monkeypatch):
+def test_a_sigterm_just_after_start_up_still_closes_the_runs_actors(tmp_path, tiny_model_path, monkeypatch,
+                                                                      capsys):
     """Between start-up and the training loop a SIGTERM went past every handler of the run's:
-    its engines, workers and emulator were left to Ray's exit."""
+    its engines, workers and emulator were left to Ray's exit. And the stop's checkpoint,
+    when it failed (a full disk), failed in silence."""
     import os
     import signal
 
@@ -152,10 +154,16 @@ def test_a_sigterm_just_after_start_up_still_closes_the_runs_actors(tmp_path, ti
         real_close(self, graceful)
 
     monkeypatch.setattr(TrainingJob, "_say_what_resume_changed", terminated_at_once)
+    def full_disk(self, untrained=False):
+        raise OSError(28, "No space left on device")
+
     monkeypatch.setattr(TrainingJob, "close", noted_close)
+    monkeypatch.setattr(TrainingJob, "checkpoint", full_disk)
     result = TrainingJob(_cfg(tmp_path)).run()
     assert result["interrupted"] and result["terminated"] and result["steps"] == 0
     assert closed == [True]
+    assert ("checkpoint failed (OSError: [Errno 28] No space left on device): no checkpoint stands: a resume "
+            "starts over") in capsys.readouterr().out
 
 
 def test_a_rollout_worker_that_dies_stops_the_run_with_its_name_instead_of_a_silent_wait(tmp_path, tiny_model_path):

@@ -26,8 +26,23 @@ def test_linear_decays_in_equal_steps():
 def test_warmup_ramps_the_first_steps():
     assert [lr_at(s, 1.0, 100, "constant", warmup_steps=4) for s in range(5)] == pytest.approx(
         [0.25, 0.5, 0.75, 1.0, 1.0])
-    assert lr_at(1, 1.0, 101, "cosine", warmup_steps=4) == pytest.approx(
-        0.5 * (1 + math.cos(math.pi * 0.01)) / 2)
+    assert lr_at(1, 1.0, 101, "cosine", warmup_steps=4) == pytest.approx(0.5)
+
+
+def test_the_warmup_reaches_the_full_rate_and_the_decay_runs_over_the_steps_after_it():
+    """The warm-up scaled the decayed rate: 80 warm-up steps of 80 peaked at 28 % of lr."""
+    rates = [lr_at(s, 1.0, 24, "cosine", min_ratio=0.1, warmup_steps=4) for s in range(24)]
+    assert max(rates) == pytest.approx(1.0) and rates[3] == pytest.approx(1.0)
+    assert rates[4] == pytest.approx(1.0) and rates[-1] == pytest.approx(0.1)
+    assert rates[14] == pytest.approx(0.1 + 0.9 * (1 + math.cos(math.pi * 10 / 19)) / 2)
+    assert all(a >= b for a, b in zip(rates[4:], rates[5:], strict=False))  # decays, after the ramp
+
+
+def test_a_warmup_as_long_as_the_run_is_refused():
+    cfg = Config()
+    cfg.trainer.lr_warmup_steps = cfg.trainer.total_steps
+    with pytest.raises(ConfigError, match="trainer.lr_warmup_steps: .*fewer than trainer.total_steps"):
+        validate(cfg)
 
 
 def test_an_unknown_schedule_is_refused_by_the_config_check():

@@ -19,7 +19,7 @@ LAPTOP = {"CPU": 32.0, "memory": 1e10}  # a local Ray without GPUs or node types
 
 def test_the_default_run_asks_for_nothing_beyond_cpu_slots():
     cfg = load_config([])
-    assert demand(cfg) == {}
+    assert set(demand(cfg)) == {"CPU"}
     assert shortfall_error(cfg, LAPTOP) is None
     assert in_process_device_error(cfg, cuda_available=False) is None
 
@@ -35,6 +35,16 @@ def test_gpu_trainer_workers_and_pinned_pools_are_named_with_their_counts():
     assert shortfall_error(cfg, {**LAPTOP, "GPU": 4.0, "gpu_h20": 2.0}) is None
 
 
+def test_fewer_cpu_slots_than_the_engines_take_is_refused_naming_ray_num_cpus():
+    """`ray.num_cpus=1` with two engines: the second engine waited for a slot for ever."""
+    cfg = load_config(["ray.num_cpus=1", "pools=[{name:default,num_engines:2}]", "envs.num_cpus=0.5",
+                       "rollout.num_workers=2"])
+    msg = shortfall_error(cfg, {"CPU": 1.0})
+    assert "CPU: 3 asked (pools[default] engines: 2 x 1; env workers (envs.resources): 2 x 0.5), 1 on this machine" in msg
+    assert "raise ray.num_cpus" in msg
+    assert shortfall_error(cfg, {"CPU": 3.0}) is None
+
+
 def test_on_a_joined_cluster_a_shortfall_is_a_warning_that_flags_a_resource_no_node_has():
     cfg = load_config(["pools=[{name:default,num_engines:1,resources:{gpu_h20:1}},"
                        "{name:prefill,num_engines:4,resources:{gpu_h2O:1}}]"])
@@ -48,7 +58,7 @@ def test_on_a_joined_cluster_a_shortfall_is_a_warning_that_flags_a_resource_no_n
 
 def test_one_cuda_trainer_runs_in_the_driver_so_the_driver_needs_the_gpu():
     cfg = load_config(["trainer.device=cuda"])
-    assert demand(cfg) == {}  # no Ray actor asks: the trainer is in this process
+    assert "GPU" not in demand(cfg)  # no Ray actor asks: the trainer is in this process
     assert "torch sees no CUDA GPU" in in_process_device_error(cfg, cuda_available=False)
     assert in_process_device_error(cfg, cuda_available=True) is None
 
