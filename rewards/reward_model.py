@@ -1,4 +1,11 @@
-"""A small learned reward: a torch MLP over hashed bag-of-tokens features of the text.
+"""A learned reward's shape in a serverless function: a torch MLP over hashed bag-of-tokens features.
+
+What it is for: a reward that imports torch at init and loads a model once per
+warm environment, as a reward model deployed to Lambda does (the serverless
+benchmark's heavy reward). Its built-in weights are untrained: made from seed 0,
+they score every text deterministically, and mean nothing. To score for real,
+train a state dict of this shape for your task and name its file in
+$REWARD_MODEL_WEIGHTS (a file of another shape is refused, naming both).
 
 Features: the summary's `text` (else the whole summary as sorted JSON) split
 into word and punctuation tokens, each hashed (BLAKE2b, stable across
@@ -7,11 +14,11 @@ model is Linear(FEATURES, HIDDEN) -> tanh -> Linear(HIDDEN, 1) -> sigmoid, so
 the reward lies in (0, 1).
 
 The model loads once per process (a warm Lambda environment keeps it; the
-module-level cache is what makes warm invocations cheap). Weights come from
-the file named by $REWARD_MODEL_WEIGHTS when set; otherwise they are made
-deterministically from seed 0 with a private generator (the caller's RNG is
-left alone) and saved to <tempdir>/roll-agentic-reward-model-v1.pt, so every
-environment and the in-process client score identically.
+module-level cache is what makes warm invocations cheap). The seed-0 weights
+come from a private generator (the caller's RNG is left alone), so every
+environment and the in-process client score identically, with no file
+shared between them (a file in a shared temp folder could be planted, or be
+left over from another shape).
 """
 
 import hashlib
@@ -19,7 +26,6 @@ import json
 import math
 import os
 import re
-import tempfile
 import threading
 
 import torch  # at import time: Lambda's init phase, paid once per environment
@@ -35,10 +41,6 @@ _TOKEN = re.compile(r"\w+|[^\w\s]")
 _MODEL = None
 _LOADS = 0  # how many times this process built or loaded the model
 _LOCK = threading.Lock()
-
-
-def default_weights_path() -> str:
-    return os.path.join(tempfile.gettempdir(), "roll-agentic-reward-model-v1.pt")
 
 
 def featurize(text: str):
@@ -63,24 +65,31 @@ def _build():
 
 
 def load_model():
-    """The process-wide model, loaded (or created and saved) on first use."""
+    """The process-wide model, built (and loaded from $REWARD_MODEL_WEIGHTS, if set) on first use."""
     global _MODEL, _LOADS
     with _LOCK:
         if _MODEL is not None:
             return _MODEL
         model = _build()
-        path = os.environ.get("REWARD_MODEL_WEIGHTS") or default_weights_path()
-        if os.path.isfile(path):
-            model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-        elif not os.environ.get("REWARD_MODEL_WEIGHTS"):
-            tmp = f"{path}.{os.getpid()}.tmp"
-            torch.save(model.state_dict(), tmp)
-            os.replace(tmp, path)  # atomic: concurrent environments never read half a file
-        else:
-            raise FileNotFoundError(f"REWARD_MODEL_WEIGHTS={path} does not exist")
+        path = os.environ.get("REWARD_MODEL_WEIGHTS")
+        if path:
+            model.load_state_dict(_weights(path))
         model.eval()
         _MODEL, _LOADS = model, _LOADS + 1
         return model
+
+
+def _weights(path: str) -> dict:
+    """The state dict in `path`, checked against this model's shapes."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"REWARD_MODEL_WEIGHTS={path} does not exist")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    want = {k: tuple(v.shape) for k, v in _build().state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in state.items()} if isinstance(state, dict) else None
+    if got != want:
+        raise ValueError(f"REWARD_MODEL_WEIGHTS={path} holds {got}, not this model's state dict {want} "
+                         f"(FEATURES={FEATURES}, HIDDEN={HIDDEN})")
+    return state
 
 
 def _text(summary: dict) -> str:
