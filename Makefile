@@ -19,6 +19,9 @@ test: setup  ## the whole test suite, slow end-to-end tests included
 test-fast: setup  ## everything but the tests marked slow
 	$(PY) -m pytest -q -m "not slow" tests $(ARGS)
 
+bench: setup  ## list the benchmarks; run one with ARGS, e.g. make bench ARGS="engine --json"
+	$(VENV)/bin/roll-agentic bench $(or $(ARGS),--help)
+
 lint: setup
 	$(VENV)/bin/ruff check .
 

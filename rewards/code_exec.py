@@ -2,7 +2,8 @@
 
 Summary keys:
 - `code` (str): the program, e.g. a function definition.
-- `tests` (list[str]): Python statements, typically `assert add(2, 3) == 5`.
+- `tests` (list[str]): Python statements, typically `assert add(2, 3) == 5`;
+  at most `MAX_TESTS` (64) of them, more is a ValueError.
   Each test runs as its own program, `code + "\\n" + test`, in a fresh
   `python -I` subprocess (own process group, a temp dir holding only the program as cwd) and
   passes when that exits with status 0 within its time limit (the kernel
@@ -95,7 +96,12 @@ def score(summary: dict, remaining_s: float | None = None) -> dict:
     raw_tests = summary.get("tests") or []
     if not isinstance(raw_tests, list):  # a lone string became one "test" per character, and those passed
         raise TypeError(f"tests must be a list of Python statements, got {type(raw_tests).__name__}")
-    tests = raw_tests[:MAX_TESTS]
+    if len(raw_tests) > MAX_TESTS:
+        # They were cut to the first MAX_TESTS and the reward taken over those: a program
+        # failing only the dropped tests scored as if it passed them.
+        raise ValueError(f"tests must be at most {MAX_TESTS} Python statements (MAX_TESTS), got {len(raw_tests)}: "
+                         "give fewer; the reward is the share of all of them that pass")
+    tests = raw_tests
     hints = list(summary.get("test_time_hints") or [])
     if not isinstance(code, str) or not all(isinstance(t, str) for t in tests):
         raise TypeError("code must be a string and tests a list of strings (Python statements)")

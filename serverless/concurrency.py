@@ -38,10 +38,17 @@ class ConcurrencyLimiter:
         return self.account_limit - sum(self.reserved.values())
 
     def check_reservation(self, function: str, value: int) -> None:
-        """Raises unless reserving `value` leaves the account its minimum unreserved share."""
+        """Raises unless `value` is a count >= 0 that leaves the account its minimum unreserved share."""
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            # Lambda's model constraint, in its words; a negative was answered with the
+            # unreserved-minimum message below, which blamed the account, not the value.
+            raise errors.invalid_parameter(
+                f"1 validation error detected: Value '{value}' at 'reservedConcurrentExecutions' failed to "
+                "satisfy constraint: Member must have value greater than or equal to 0"
+            )
         others = sum(v for k, v in self.reserved.items() if k != function)
         left = self.account_limit - others - value
-        if value < 0 or left < self.min_unreserved:
+        if left < self.min_unreserved:
             raise errors.invalid_parameter(
                 f"Specified ReservedConcurrentExecutions for function decreases account's "
                 f"UnreservedConcurrentExecution below its minimum value of [{self.min_unreserved}]."

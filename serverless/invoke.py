@@ -5,7 +5,9 @@ a dict lookup for the lease, a pop from the ready stack, one pipe round trip
 to the worker and a formatted REPORT line. Event invocations are queued and
 run in the background; a failing one is retried up to twice more (AWS waits
 1 and 2 minutes; the emulator waits `event_retry_delay_s` and twice that)
-and a throttled one waits and tries again without using up an attempt.
+and a throttled one waits and tries again without using up an attempt, up to
+`EVENT_MAX_THROTTLE_WAITS` times: then it is dropped, with an `EVENT ... dropped`
+line in the function's log and its `async_events_dropped` meter counted.
 The queue is bounded (`max_event_backlog` invocations, `max_event_backlog_mb`
 of payloads): past that an Event is refused with a 429, which boto3 retries,
 instead of the emulator growing until the machine runs out of memory.
@@ -213,9 +215,15 @@ class Invoker:
                     if rec.state != "Active":
                         raise RuntimeError(f"the function is {rec.state}: its code could not be unpacked")
                     failed = (await self.invoke(rec, payload, rid)).function_error is not None
-                except errors.LambdaError:
+                except errors.LambdaError as e:
                     waits += 1
                     if waits > EVENT_MAX_THROTTLE_WAITS:
+                        # Lambda drops such an event too (its AsyncEventsDropped metric); here it
+                        # went without a trace, so a caller's lost reward looked like a hang.
+                        self.meters.of(name).async_events_dropped += 1
+                        self._finish(rec, rid, b"", None,
+                                     f"EVENT RequestId: {rid} dropped: throttled {EVENT_MAX_THROTTLE_WAITS} times "
+                                     f"without a free concurrency slot (last: {e})\n", False)
                         return
                     await asyncio.sleep(min(2.0, 0.05 * 2 ** min(waits, 6)))
                     continue

@@ -36,6 +36,7 @@ class FunctionMeter:
     errors: int = 0
     timeouts: int = 0
     event_retries: int = 0
+    async_events_dropped: int = 0  # Events given up after too many throttles (AWS: AsyncEventsDropped)
     billed_ms_total: int = 0
     gb_s: float = 0.0
     durations_ms: deque = field(default_factory=lambda: deque(maxlen=_WINDOW))
@@ -67,6 +68,7 @@ class FunctionMeter:
             "errors": self.errors,
             "timeouts": self.timeouts,
             "event_retries": self.event_retries,
+            "async_events_dropped": self.async_events_dropped,
             "duration_ms_p50": round(percentile(d, 50), 3),
             "duration_ms_p90": round(percentile(d, 90), 3),
             "duration_ms_p99": round(percentile(d, 99), 3),

@@ -26,9 +26,23 @@ def add_parser(subparsers) -> None:
     for name in BENCHMARKS:
         try:
             module = importlib.import_module(f"roll_agentic.bench.{name}")
-        except ImportError:
-            continue  # not built yet in this checkout
+        except ImportError as err:
+            # Every benchmark exists: a failed import is a bug or a missing dependency. It was
+            # skipped, and running it said only argparse's "invalid choice"; now it is listed
+            # and running it says the import error.
+            _add_unimportable(sub, name, err)
+            continue
         module.add_parser(sub)
+
+
+def _add_unimportable(sub, name: str, err: ImportError) -> None:
+    """`bench <name>` for a module that failed to import: listed, and running it reports the error."""
+    problem = " ".join(f"cannot import roll_agentic.bench.{name}: {type(err).__name__}: {err}".split())
+    # No option prefix: whatever arguments it was given (`--json`, `-h`) are taken, not refused
+    # as unrecognized, so the import error is what the user sees.
+    p = sub.add_parser(name, help=f"({problem})", prefix_chars="\0", add_help=False)
+    p.add_argument("args", nargs="*", help=argparse.SUPPRESS)
+    p.set_defaults(func=lambda _args: report({"error": problem}, True, name))
 
 
 def standalone_main(name: str, add_parser, argv: list[str] | None = None) -> int:

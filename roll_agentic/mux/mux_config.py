@@ -10,6 +10,7 @@ slowdown of an iteration it tolerates versus running alone.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,8 @@ from typing import Any
 
 import yaml
 
-from roll_agentic.config import ConfigError
+from roll_agentic.config import ConfigError, _check
+from roll_agentic.engine.factory import BACKENDS
 
 
 @dataclass
@@ -141,15 +143,47 @@ def load_mux_config(path: str | Path, overrides: dict[str, Any] | None = None) -
             raise ConfigError(f"{path}: {key}: expected {want.__name__}, got {value!r}")
     jobs = parse_jobs(raw.pop("jobs", []) or [], where=f"{path}: jobs")
     cfg = MuxConfig(**raw, jobs=jobs)
-    for key in ("rollout_nodes", "engines_per_node", "train_nodes", "residency_budget_bytes", "train_threads"):
-        if int(getattr(cfg, key)) < 1:
-            raise ConfigError(f"{key}: expected an integer >= 1, got {getattr(cfg, key)}")
-    for key in ("rollout_cpus", "train_cpus"):
-        cpus = getattr(cfg, key)
-        if not isinstance(cpus, list) or not all(isinstance(c, int) and c >= 0 for c in cpus):
-            raise ConfigError(f"{key}: expected a list of core numbers, got {cpus!r}")
-    if cfg.max_rollbacks < 0:
-        raise ConfigError(f"max_rollbacks: expected an integer >= 0, got {cfg.max_rollbacks}")
-    if cfg.profile_margin < 1.0:
-        raise ConfigError(f"profile_margin: expected >= 1.0 (worst case), got {cfg.profile_margin}")
+    e = range_problems(cfg)
+    if e:  # every problem at once, listed as `roll_agentic.config.validate` lists them
+        raise ConfigError(f"{path}: {e[0]}" + (f" (and {len(e) - 1} more: {'; '.join(e[1:])})" if len(e) > 1 else ""))
     return cfg
+
+
+def range_problems(cfg: MuxConfig) -> list[str]:
+    """What is out of range in `cfg`, one `key: expected ..., got ...` each; [] if nothing.
+
+    Before, a typo in `backend` ran the HF engine, and a negative timeout, a zero
+    batch or a NaN price went on to fail (or mislead) far from the file that said it.
+    """
+    e: list[str] = []
+    for key in ("warm_switch_s", "rollout_price_per_hour", "train_price_per_hour", "profile_margin",
+                "slo_headroom", "phase_timeout_s"):
+        # The range checks below compare, so NaN fails them, but inf passed every ">= 0".
+        value = getattr(cfg, key)
+        _check(e, math.isfinite(value), key, "a finite number", value)
+    _check(e, cfg.backend in BACKENDS, "backend", f"one of {', '.join(BACKENDS)}", cfg.backend)
+    for key in ("rollout_nodes", "engines_per_node", "train_nodes", "residency_budget_bytes", "train_threads",
+                "max_batch"):
+        _check(e, getattr(cfg, key) >= 1, key, "an integer >= 1", getattr(cfg, key))
+    # The engines refuse a shorter context (`engine.max_model_len` has the same floor).
+    _check(e, cfg.max_model_len >= 64, "max_model_len", "an integer >= 64", cfg.max_model_len)
+    _check(e, cfg.warm_switch_s >= 0, "warm_switch_s", "a number of seconds >= 0", cfg.warm_switch_s)
+    for key in ("rollout_price_per_hour", "train_price_per_hour"):
+        _check(e, getattr(cfg, key) >= 0, key, "a number >= 0", getattr(cfg, key))
+    _check(e, cfg.profile_margin >= 1.0, "profile_margin", "a number >= 1.0 (worst case)", cfg.profile_margin)
+    _check(e, cfg.profile_steps >= 1, "profile_steps", "an integer >= 1", cfg.profile_steps)
+    # A negative headroom would loosen every job's SLO instead of keeping a margin of it.
+    _check(e, cfg.slo_headroom >= 0, "slo_headroom", "a number >= 0", cfg.slo_headroom)
+    _check(e, cfg.phase_timeout_s > 0, "phase_timeout_s", "a number of seconds > 0", cfg.phase_timeout_s)
+    _check(e, cfg.max_rollbacks >= 0, "max_rollbacks", "an integer >= 0 (0 = fail at once)", cfg.max_rollbacks)
+    _check(e, cfg.ray_num_cpus >= 0, "ray_num_cpus", "an integer >= 0 (0 = 16 logical slots)", cfg.ray_num_cpus)
+    for key in ("rollout_cpus", "train_cpus"):
+        # Not checked against this machine's cores: the file is also read where the pools do not
+        # run (`mux status --config` finds the address file through it), and the pinning leaves
+        # out a core the machine lacks (`actor_calls._pin_here`).
+        cpus = getattr(cfg, key)
+        numbers = isinstance(cpus, list) and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+                                                 for c in cpus)
+        _check(e, numbers and len(set(cpus)) == len(cpus), key,
+               "a list of distinct core numbers >= 0 (empty: not pinned)", cpus)
+    return e

@@ -36,6 +36,19 @@ def test_share_of_tests_passed():
         code_exec.reward({"code": "def add(a, b):\n    return a - b\n", "tests": "assert add(2, 3) == 5"})
 
 
+def test_more_tests_than_the_cap_are_refused_not_cut(monkeypatch):
+    """Tests past MAX_TESTS were dropped and the reward taken over the rest: code failing
+    only the dropped ones scored 1.0."""
+    ran = []
+    monkeypatch.setattr(code_exec, "_run_one", lambda program, limit_s: ran.append(program) or (True, 0.01, False))
+    tests = ["assert add(1, 1) == 2"] * code_exec.MAX_TESTS + ["assert add(2, 2) == 5"]
+    with pytest.raises(ValueError, match=r"tests must be at most 64 Python statements \(MAX_TESTS\), got 65"):
+        code_exec.score({"code": ADD, "tests": tests})
+    assert ran == []  # refused before any test ran
+    assert code_exec.score({"code": ADD, "tests": tests[:-1]})["reward"] == 1.0  # exactly the cap is fine
+    assert len(ran) == code_exec.MAX_TESTS
+
+
 @pytest.mark.slow
 def test_over_the_limit_scores_zero_and_hints_raise_the_limit():
     slow = "import time\ndef f():\n    time.sleep(2.5)\n    return 1\n"

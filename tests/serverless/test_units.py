@@ -78,6 +78,42 @@ def test_concurrency_buckets():
     assert lim.unreserved_running == 0 and lim.running["r"] == 0
 
 
+@pytest.mark.parametrize("value", [-5, -1, 1.5, True, "3"])
+def test_a_reservation_that_is_not_a_count_gets_its_own_message(value):
+    """-5 was answered "decreases account's UnreservedConcurrentExecution below its minimum":
+    the account was blamed for a value no account accepts."""
+    lim = ConcurrencyLimiter(account_limit=1000)
+    with pytest.raises(errors.LambdaError) as e:
+        lim.check_reservation("r", value)
+    assert (e.value.code, e.value.status) == ("InvalidParameterValueException", 400)
+    assert e.value.message == (f"1 validation error detected: Value '{value}' at 'reservedConcurrentExecutions' "
+                               "failed to satisfy constraint: Member must have value greater than or equal to 0")
+    lim.check_reservation("r", 0)  # 0 is valid: it holds the function's invocations back
+
+
+def test_an_event_throttled_too_often_is_logged_and_counted_when_dropped(tmp_path, monkeypatch):
+    """After its throttle waits an Event was dropped with no log line and no counter."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from serverless import invoke
+    from serverless.meters import Meters
+
+    monkeypatch.setattr(invoke, "EVENT_MAX_THROTTLE_WAITS", 2)  # 0.2 s + 0.4 s of waiting, not minutes
+    rec = SimpleNamespace(name="held", state="Active")
+    lim = ConcurrencyLimiter(account_limit=1000)
+    lim.set_reserved("held", 0)  # every invocation throttles
+    meters = Meters()
+    invoker = invoke.Invoker(SimpleNamespace(functions={"held": rec}), None, lim, meters, tmp_path)
+    asyncio.run(invoker._run_event("held", "{}", "rid-1"))
+    invoker.forget("held")
+    snap = meters.of("held").snapshot()
+    assert (snap["async_events_dropped"], snap["throttles"], snap["invocations"]) == (1, 3, 0)
+    log = (tmp_path / "held.log").read_text()
+    assert log.startswith("EVENT RequestId: rid-1 dropped: throttled 2 times without a free concurrency slot "
+                          "(last: TooManyRequestsException: ")
+
+
 def test_meter_bills_by_the_millisecond():
     m = FunctionMeter()
     assert m.record(0.4, 1024, cold=True, init_ms=50.0, error=False) == 1
