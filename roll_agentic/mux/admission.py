@@ -42,7 +42,8 @@ def estimated_state_bytes(model_path: str, cfg: Config) -> int:
 
     A LoRA job's resident state is its trained tensors and their moments (per targeted linear
     layer rank x (in + out), plus the modules trained whole), and its form's trainer while
-    parked in host memory (`trainer_slot.py`): its frozen base and the same again."""
+    parked in host memory (`trainer_slot.py`): its frozen base and the same again, and the
+    initial values of the modules trained whole (the KL term's reference, `lora.adapters_off`)."""
     from safetensors import safe_open
 
     shapes: dict[str, list[int]] = {}
@@ -55,7 +56,7 @@ def estimated_state_bytes(model_path: str, cfg: Config) -> int:
         trained = lora_trained_numel(shapes, t.lora_rank, t.lora_targets, t.lora_full_modules)
         whole = sum(_prod(s) for k, s in shapes.items() if _trained_whole(k, t.lora_full_modules))
         frozen = sum(_prod(s) for s in shapes.values()) - whole
-        return (2 * 3 * trained + frozen) * 4
+        return (2 * 3 * trained + frozen + whole) * 4
     copies = 3 + (1 if cfg.algo.kl_coef > 0 else 0)
     return sum(_prod(shape) for shape in shapes.values()) * 4 * copies
 

@@ -30,6 +30,9 @@ def shard_model(trainer) -> None:
         # has too, so the sharded path also runs (and is tested) on CPU.
         module.set_force_sum_reduction_for_comms(True)
     model._roll_agentic_fsdp = True
+    from roll_agentic.train.lora import shard_whole_initial
+
+    shard_whole_initial(model)  # LoRA's modules trained whole: their KL reference values, sharded alike
     # The optimizer must see the sharded parameters (DTensors), so it is rebuilt.
     trainer.optimizer = torch.optim.AdamW(trainer.trainable(), lr=trainer.cfg.lr, weight_decay=trainer.cfg.weight_decay)
 

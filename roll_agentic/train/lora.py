@@ -99,21 +99,61 @@ def apply_lora(model: nn.Module, rank: int, alpha: float, targets: list[str] | t
             module.requires_grad_(True)
     for parent, child_name, child in wrapped:
         setattr(parent, child_name, LoraLinear(child, rank, alpha))
+    # The KL term's reference is the initial policy. With the adapters off, modules trained
+    # whole still had their trained values (a tied lm_head with them): the reference followed
+    # the policy and the KL term shrank toward 0. Their initial values, for `adapters_off`.
+    model._lora_whole_initial = {n: p.detach().clone() for n, p in model.named_parameters()
+                                 if p.requires_grad and n.rsplit(".", 1)[-1] not in ("lora_A", "lora_B")}
     return len(wrapped)
+
+
+def shard_whole_initial(model: nn.Module) -> None:
+    """After FSDP2 has sharded the model: each initial value kept for `adapters_off`, sharded
+    as its parameter now is (a collective: every rank calls it, in the same order)."""
+    initial = getattr(model, "_lora_whole_initial", None)
+    if not initial:
+        return
+    from torch.distributed.tensor import distribute_tensor
+
+    params = dict(model.named_parameters())
+    model._lora_whole_initial = {
+        n: distribute_tensor(start.to(params[n].device), params[n].device_mesh, params[n].placements)
+        if hasattr(params[n], "device_mesh") else start for n, start in initial.items()}
 
 
 @contextmanager
 def adapters_off(model: nn.Module) -> Iterator[None]:
     """The base model, for as long as the block runs: the KL term's reference policy, with no
-    second copy of the weights (the one a full fine-tune keeps for it)."""
+    second copy of the frozen weights (the one a full fine-tune keeps for it).
+
+    Modules trained whole (`trainer.lora_full_modules`) take their initial values meanwhile,
+    copied in place (a sharded parameter keeps its storage) and back after; run it under
+    `torch.no_grad()`."""
     layers = [m for m in model.modules() if isinstance(m, LoraLinear)]
+    initial = getattr(model, "_lora_whole_initial", {})
+    params = dict(model.named_parameters()) if initial else {}  # by name: FSDP2 replaces the objects
+    whole = [(params[n], start) for n, start in initial.items()]
+    trained = [p.detach().clone() for p, _ in whole]
     for m in layers:
         m.enabled = False
+    for p, start in whole:
+        p.data.copy_(_shaped_as(start, p))
     try:
         yield
     finally:
         for m in layers:
             m.enabled = True
+        for (p, _), now in zip(whole, trained, strict=True):
+            p.data.copy_(now)
+
+
+def _shaped_as(value: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
+    """`value` (kept sharded under FSDP2) as `param` is now: sharded, or whole where FSDP2 holds
+    the parameter gathered (the root's, between a forward and its backward). Gathering is a
+    collective; every rank takes the same path."""
+    if getattr(param, "device_mesh", None) is None and hasattr(value, "full_tensor"):
+        return value.full_tensor()
+    return value
 
 
 def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -83,7 +83,8 @@ class PolicyTrainer:
         # sampling weights noise around 1 (and the step KL dropout noise). Gradients still flow.
         self.model.eval()
         # The KL term's reference: the initial policy. With LoRA that is the frozen base itself,
-        # adapters off (no second copy of the weights).
+        # adapters off (no second copy of its weights; modules trained whole keep their initial
+        # values for it, `lora.adapters_off`).
         self.ref_model = reference_model(model_path, self.device) if algo.kl_coef > 0 and not cfg.lora_rank else None
         self.lora = cfg.lora_rank > 0
         if self.lora:  # adapters only: the base is frozen (train/lora.py)

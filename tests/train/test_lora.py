@@ -191,13 +191,19 @@ def test_two_data_parallel_lora_workers_match_one_process(tiny_model_path):
         ray.shutdown()
 
 
-def test_the_kl_reference_is_the_base_with_adapters_off_and_no_second_copy(tiny_model_path):
+@pytest.mark.parametrize("whole", [[], ["embed_tokens"]])
+def test_the_kl_reference_is_the_base_with_adapters_off_and_no_second_copy(tiny_model_path, whole):
+    """With modules trained whole (a tied embedding here), the adapters off left them trained:
+    the reference followed the policy and the KL term shrank toward 0."""
+    from dataclasses import replace
+
     from roll_agentic.train.trainer import reference_model
 
     algo = AlgoConfig(kl_coef=0.1)
-    own = PolicyTrainer(tiny_model_path, LORA, algo)
-    assert own.ref_model is None  # no copy of the weights kept for the KL term
-    copied = PolicyTrainer(tiny_model_path, LORA, algo)
+    cfg = replace(LORA, lora_full_modules=whole)
+    own = PolicyTrainer(tiny_model_path, cfg, algo)
+    assert own.ref_model is None  # no copy of the frozen weights kept for the KL term
+    copied = PolicyTrainer(tiny_model_path, cfg, algo)
     copied.ref_model = reference_model(tiny_model_path, "cpu")  # the full fine-tune's way
     for seed in range(3):
         a, b = own.train_step(random_batch(seed)), copied.train_step(random_batch(seed))
@@ -249,29 +255,36 @@ def test_two_fsdp_lora_workers_match_one_process_and_resume(tiny_model_path):
     from roll_agentic.train.parallel import DataParallelTrainer
     from tests.train.batches import DP_WEIGHT_TOLERANCE
 
+    # The KL term on, with a module trained whole: its reference values are sharded too.
+    algo = AlgoConfig(kl_coef=0.1)
+
     def one_process():
-        return PolicyTrainer(tiny_model_path, TrainerConfig(lr=1e-2, lora_rank=4, micro_batch_size=4), AlgoConfig())
+        return PolicyTrainer(tiny_model_path, TrainerConfig(lr=1e-2, lora_rank=4, micro_batch_size=4,
+                                                            lora_full_modules=["embed_tokens"]), algo)
 
     def worst(a: dict, b: dict) -> float:
         assert a.keys() == b.keys()
         return max(float((a[k] - b[k]).abs().max()) for k in a)
 
     init_ray(RayConfig(num_cpus=4))
-    cfg = TrainerConfig(lr=1e-2, lora_rank=4, num_workers=2, micro_batch_size=4, strategy="fsdp")
+    cfg = TrainerConfig(lr=1e-2, lora_rank=4, num_workers=2, micro_batch_size=4, strategy="fsdp",
+                        lora_full_modules=["embed_tokens"])
     fsdp = resumed = None
     try:
-        fsdp, single = DataParallelTrainer(tiny_model_path, cfg, AlgoConfig()), one_process()
-        for step in range(2):
+        fsdp, single = DataParallelTrainer(tiny_model_path, cfg, algo), one_process()
+        for step in range(3):
             m_fsdp, m_single = fsdp.train_step(random_batch(step, 11)), single.train_step(random_batch(step, 11))
             assert m_fsdp["train/loss"] == pytest.approx(m_single["train/loss"], rel=1e-5)
             assert m_fsdp["train/grad_norm"] == pytest.approx(m_single["train/grad_norm"], rel=1e-4)
+            assert m_fsdp["train/kl"] == pytest.approx(m_single["train/kl"], rel=1e-3, abs=1e-9)
+        assert m_single["train/kl"] > 0
         weights, state = fsdp.engine_state_dict(), fsdp.state()
         assert not any("lora" in k for k in weights)  # merged, under the model's own names
         assert worst(weights, single.engine_state_dict()) < DP_WEIGHT_TOLERANCE
         assert all(isinstance(v, torch.Tensor) and not hasattr(v, "full_tensor") for v in state["lora"].values())
         fsdp.close()
         fsdp = None
-        resumed, again = DataParallelTrainer(tiny_model_path, cfg, AlgoConfig()), one_process()
+        resumed, again = DataParallelTrainer(tiny_model_path, cfg, algo), one_process()
         resumed.load_state(state, weights)
         again.load_state(single.state(), single.engine_state_dict())
         resumed.train_step(random_batch(7, 11))
