@@ -46,6 +46,9 @@ class LossSums:
     logprob_abs_diff: float
     tokens: float
     rows: float = 0.0  # trajectories with a trained token: seq_mean_token_mean's denominator
+    # Tokens whose log-ratio passed LOG_RATIO_LIMIT (a behaviour logprob of -inf): they train
+    # nothing, and are left out of the loss and the ratio metrics, which e^20 made unreadable.
+    at_limit: float = 0.0
 
 
 def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0,
@@ -155,7 +158,11 @@ def ppo_clip_loss_sum(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
     # the token for A > 0, and for A < 0 a gradient scaled by over e^20 is what dual-clip PPO
     # cuts too. Not below: a ratio near 0 overflows nothing, and its small gradient is how a
     # positive advantage pulls a token that left the nucleus back in.
-    log_ratio = torch.where(mask > 0, logprobs - old_logprobs, 0.0).clamp(max=LOG_RATIO_LIMIT)
+    raw_log_ratio = torch.where(mask > 0, logprobs - old_logprobs, 0.0)
+    log_ratio = raw_log_ratio.clamp(max=LOG_RATIO_LIMIT)
+    # Past the limit the clamp's gradient is 0, so the token's policy term is a constant (|A| e^20
+    # for A < 0): left out of the loss it changes no gradient, and `train/loss` stays readable.
+    live = mask * (raw_log_ratio.detach() <= LOG_RATIO_LIMIT).float()
     ratio = torch.exp(log_ratio)
     unclipped = -adv * ratio
     clipped = -adv * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + (clip_eps_high or clip_eps))
@@ -166,7 +173,7 @@ def ppo_clip_loss_sum(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
         cap = -adv * dual_clip  # (B, 1), positive where A < 0
         capped = (adv < 0) & (per_token > cap)
         per_token = torch.where(adv < 0, torch.minimum(per_token, cap), per_token)
-    total = (per_token * weight).sum()
+    total = (per_token * weight * live).sum()
     kl_sum = 0.0
     if ref_logprobs is not None and kl_coef > 0:
         # Clamped above as the log-ratio: exp(d) overflowed to inf past d = 88 (float32).
@@ -183,12 +190,14 @@ def ppo_clip_loss_sum(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
         was_clipped = (((clipped > unclipped) | capped).float() * mask).sum()
         return LossSums(
             loss=total,
-            policy=float((per_token * mask).sum()),
+            policy=float((per_token * live).sum()),
             kl=kl_sum,
             entropy=ent_sum,
             clipped=float(was_clipped),
-            ratio=float((ratio * mask).sum()),
-            logprob_abs_diff=float(((logprobs - old_logprobs).abs() * mask).sum()),
+            ratio=float((ratio * live).sum()),
+            # bounded below too: a token the policy's nucleus left (logprob -inf) is an e^-20 ratio
+            logprob_abs_diff=float(torch.where(live > 0, raw_log_ratio.clamp(min=-LOG_RATIO_LIMIT).abs(), 0.0).sum()),
             tokens=float(mask.sum()),
             rows=float((row_tokens > 0).sum()),
+            at_limit=float((mask - live).sum()),
         )

@@ -105,7 +105,7 @@ class PolicyTrainer:
     @staticmethod
     def _zero_sums() -> dict[str, float]:
         return {"loss": 0.0, "policy": 0.0, "kl": 0.0, "entropy": 0.0, "clipped": 0.0, "ratio": 0.0,
-                "logprob_abs_diff": 0.0, "tokens": 0.0, "rows": 0.0, "samples": 0.0}
+                "logprob_abs_diff": 0.0, "tokens": 0.0, "rows": 0.0, "samples": 0.0, "at_limit": 0.0}
 
     # -- one optimizer step, possibly streamed ---------------------------------------------
     def accumulate(self, samples: list[Sample]) -> None:
@@ -147,7 +147,7 @@ class PolicyTrainer:
         sums.loss.backward()
         if self.trust.enabled:
             self._trained.append((ids, attn, mask, lp.detach()))
-        for k in ("policy", "kl", "entropy", "clipped", "ratio", "logprob_abs_diff", "tokens", "rows"):
+        for k in ("policy", "kl", "entropy", "clipped", "ratio", "logprob_abs_diff", "tokens", "rows", "at_limit"):
             self._sums[k] += getattr(sums, k)
         self._sums["loss"] += float(sums.loss.detach())
         self._sums["samples"] += sum(not s.padding for s in part)
@@ -201,6 +201,7 @@ class PolicyTrainer:
             "train/clip_frac": self._sums["clipped"] / tokens,
             "train/ratio_mean": self._sums["ratio"] / tokens,
             "train/logprob_diff": self._sums["logprob_abs_diff"] / tokens,
+            "train/ratio_at_limit": self._sums["at_limit"],  # tokens that trained nothing (loss.py)
             "train/grad_norm": float(grad_norm),
             "train/lr": lr,
             "train/step_kl": step_kl,

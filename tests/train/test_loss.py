@@ -62,6 +62,22 @@ def test_an_impossible_token_or_a_huge_kl_leaves_loss_and_gradients_finite(advan
     assert plain.loss.item() == pytest.approx(-advantage, abs=1e-6)
 
 
+@pytest.mark.parametrize("advantage", [1.0, -1.0])
+def test_a_token_past_the_ratio_limit_trains_nothing_and_leaves_the_metrics_readable(advantage):
+    """Its gradient was 0 already, but for A < 0 its term, |A| e^20, made `train/loss` and
+    `train/ratio_mean` 4.9e8 and `train/logprob_diff` inf."""
+    lp = torch.tensor([[0.0, -1.0, -0.5, -float("inf")]], requires_grad=True)
+    old = torch.tensor([[0.0, -float("inf"), -0.5, -0.7]])  # -inf behaviour; a token the nucleus left
+    mask = torch.tensor([[0, 1, 1, 1]])
+    s = ppo_clip_loss_sum(lp, old, torch.tensor([advantage]), mask, 0.2)
+    s.loss.backward()
+    assert s.at_limit == 1.0 and s.tokens == 3.0
+    # ratio 1 on the in-range token; 0 on the one the nucleus left (clipped up to 0.8 for A < 0)
+    assert s.loss.item() == pytest.approx(-1.0 if advantage > 0 else 1.8, abs=1e-6)
+    assert s.ratio == pytest.approx(1.0) and s.logprob_abs_diff == pytest.approx(20.0)
+    assert lp.grad[0, 1] == 0.0 and lp.grad[0, 2] == pytest.approx(-advantage)
+
+
 def test_token_logprobs_shift():
     logits = torch.zeros(1, 3, 4)
     logits[0, 0, 2] = 10.0  # position 0 predicts token 2
