@@ -300,10 +300,12 @@ class TrainerSlot:
         weights = tree_bytes(tr.engine_state_dict())
         if tr.lora:
             # Its trained tensors and their moments, and its form's trainer while parked (`_park`):
-            # the frozen base and the same again. Jobs of one form share that trainer: counted
-            # for each, an upper bound.
+            # the frozen base and the same again, and the initial values of the modules trained
+            # whole (the KL reference's, `lora.adapters_off`). Jobs of one form share that
+            # trainer: counted for each, an upper bound.
             frozen = sum(p.numel() * p.element_size() for p in tr.model.parameters() if not p.requires_grad)
-            return 2 * tree_bytes(tr.state()) + frozen, weights
+            whole = tree_bytes(getattr(tr.model, "_lora_whole_initial", {}))
+            return 2 * tree_bytes(tr.state()) + frozen + whole, weights
         ref = sum(p.numel() * p.element_size() for p in tr.ref_model.parameters()) if tr.ref_model else 0
         return weights + tree_bytes(tr.state()) + ref, weights
 

@@ -375,6 +375,7 @@ class TrajectoryBuffer:
             self.state.version = version
             self.state.steps_taken += 1
             self._taken.clear()  # trained
+            self._mix.commit()
             self._no_signal_dropped = 0
             self._cond.notify_all()
 
@@ -398,7 +399,7 @@ class TrajectoryBuffer:
         counters["trajectories_trained"] -= sum(len(g) for g in taken)
         return {"version": self.state.version, "steps_taken": self.state.steps_taken,
                 "next_group": self.state.next_group, "rng_state": self.rng.getstate(),
-                "credit": dict(self._credit), "batch_credit": dict(self._mix.credit), "counters": counters, "failures": dict(self.failures),
+                "credit": dict(self._credit), "batch_credit": dict(self._mix.committed if taken else self._mix.credit), "counters": counters, "failures": dict(self.failures),
                 "requeued": [{"task": t.task, "seed": t.seed, "group_size": t.group_size} for t in pending]}
 
     def import_state(self, state: dict) -> None:
@@ -410,6 +411,7 @@ class TrajectoryBuffer:
         self.rng.setstate((rng_state[0], tuple(rng_state[1]), rng_state[2]))
         self._credit.update(state.get("credit", {}))
         self._mix.credit.update({k: v for k, v in state.get("batch_credit", {}).items() if k in self._mix.credit})
+        self._mix.commit()
         # The run's totals go on from where they were (before, `buffer/*` restarted at 0 on resume).
         self.counters = BufferCounters(**state.get("counters", {}))
         self.failures = dict(state.get("failures", {}))

@@ -38,6 +38,13 @@ class StepMix:
     def __init__(self, tasks: Sequence[Weighted]):
         self.tasks = list(tasks)
         self.credit = {t.name: 0.0 for t in tasks}
+        # The credit as of the last trained step: a batch taken and then given back untrained
+        # (a stop before its update) is dealt again with this, the same split of tasks.
+        self.committed = dict(self.credit)
+
+    def commit(self) -> None:
+        """The batch taken was trained: its credit is the one a redone step starts from."""
+        self.committed = dict(self.credit)
 
     def quotas(self, num_groups: int) -> tuple[dict[str, int], dict[str, float]]:
         """Groups of each task in a batch of `num_groups`, and the credit after dealing them."""

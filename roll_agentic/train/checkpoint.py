@@ -41,12 +41,24 @@ def _write_atomic(path: Path, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    _fsync_dir(path.parent)  # the rename itself, or a power loss may undo it
+
+
+def _recover_set_aside(root: Path) -> None:
+    """A step saved again sets its first copy aside (`.tmp-old-<pid>`) and renames the new one
+    in: a kill between those two renames left the step only in folders a loader ignores and a
+    prune sweeps (with keep=1, no checkpoint at all). The set-aside copy is whole: put back."""
+    for old in sorted(root.glob("step_*.tmp-old-*")):
+        final = root / old.name.split(".tmp-old-", 1)[0]
+        if not final.exists() and (old / COMPLETE).exists():
+            os.replace(old, final)
 
 
 def save_checkpoint(ckpt_root: str | Path, step: int, weights: dict[str, torch.Tensor],
                     trainer_state: dict, run_state: dict[str, Any], keep: int = 2) -> Path:
     root = Path(ckpt_root)
     root.mkdir(parents=True, exist_ok=True)
+    _recover_set_aside(root)  # before its sweep, which would delete the only whole copy
     final = root / f"step_{step:06d}"
     tmp = root / f"step_{step:06d}.tmp-{os.getpid()}"
     if tmp.exists():
@@ -63,6 +75,7 @@ def save_checkpoint(ckpt_root: str | Path, step: int, weights: dict[str, torch.T
     for name in ("weights.safetensors", "trainer.pt"):
         with open(tmp / name, "rb") as f:
             os.fsync(f.fileno())
+    _fsync_dir(tmp)  # its entries, before the rename makes it a complete step
     faults.checkpoint_stage("before_rename")
     old = None
     if final.exists():  # the same step saved again (a resumed run): set the old one aside whole
@@ -111,6 +124,7 @@ def latest_checkpoint(ckpt_root: str | Path) -> Path | None:
     root = Path(ckpt_root)
     if not root.exists():
         return None
+    _recover_set_aside(root)
     steps = _complete_steps(root)
     newest = steps[-1] if steps else None
     pointer = root / "latest"

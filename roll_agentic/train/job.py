@@ -46,6 +46,7 @@ from roll_agentic.train.resume_record import (
     task_mismatch,
 )
 from roll_agentic.train.rollout_wait import EVERY_S, RolloutWaitReporter
+from roll_agentic.train.run_lock import RunDirLock
 from roll_agentic.train.step_guard import StepGuard
 from roll_agentic.train.step_metrics import rollout_metrics
 from roll_agentic.train.termination import SigtermAsInterrupt, Terminated
@@ -75,11 +76,13 @@ class TrainingJob:
         self._last_engine_stats: list[dict] = []
         self.guard = StepGuard()  # Ctrl-C never leaves a half-done step in a checkpoint
         self.term = SigtermAsInterrupt()  # installed by `run`, from the start of start-up
+        self.lock = RunDirLock(self.run_dir)
 
     # -- start-up -----------------------------------------------------------------------------
     def start(self) -> None:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.lock.acquire()  # before anything reads or writes the run's files
         self.model_path = resolve_model_path(cfg)
         check_before_start(cfg, self.model_path)
         self._check_resume_matches_run()
@@ -107,7 +110,9 @@ class TrainingJob:
     def _check_resume_matches_run(self) -> None:
         """A resume with other LoRA settings or other tasks than the run's (unless
         trainer.resume_other_tasks) is refused before anything starts."""
-        if self.cfg.trainer.resume and self._resume_step() > 0:
+        # Any checkpoint, step 0 too: a SIGTERM in the first rollout saves step 0 (untrained),
+        # and a resume of it on other tasks dropped the saved prompts without a word.
+        if self.cfg.trainer.resume and latest_checkpoint(self.run_dir / "checkpoints") is not None:
             before = saved_flat_config(self.run_dir)
             now = flat_settings(self.cfg)
             problem = before and (lora_mismatch(before, now) or (
@@ -332,7 +337,8 @@ class TrainingJob:
             self.close(graceful=False)
             if not ray_was_up and not self.started_ray and ray.is_initialized():
                 ray.shutdown()  # stopped inside ray.init: its processes outlived the run
-            remove_unstarted_dir(self.run_dir, "run")
+            if self.lock.taken:  # not another process's folder, which this one never held
+                remove_unstarted_dir(self.run_dir, "run")
             if isinstance(err, KeyboardInterrupt) and term.received and not isinstance(err, Terminated):
                 raise Terminated from None  # taken in a ray.get: said as the SIGTERM it was
             raise
@@ -412,6 +418,7 @@ class TrainingJob:
                 ray.kill(a)
         with contextlib.suppress(Exception):
             self.publisher.close()
+        self.lock.release()
         if self.reward_service is not None:
             with contextlib.suppress(Exception):
                 self.reward_service.stop()

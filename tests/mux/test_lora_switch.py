@@ -158,9 +158,11 @@ def test_admission_takes_lora_jobs_and_estimates_their_trained_state(tiny_model_
     slot.train("a", random_samples(0))
     trained = sum(p.numel() for p in slot.trainer.trainable())
     frozen = sum(p.numel() for p in slot.trainer.model.parameters() if not p.requires_grad)
-    # Its trained tensors and moments, and its form's parked trainer: the base and the same again.
+    # Its trained tensors and moments, and its form's parked trainer: the base and the same again,
+    # and the initial values of the modules trained whole (the KL reference's).
+    whole = sum(v.numel() for v in slot.trainer.model._lora_whole_initial.values())
     estimate = admission.estimated_state_bytes(tiny_model_path, cfg)
-    assert estimate == (2 * 3 * trained + frozen) * 4
+    assert estimate == (2 * 3 * trained + frozen + whole) * 4
     assert abs(slot.state_bytes("a")[0] - estimate) < 0.005 * estimate  # as measured (step counters more)
     assert admission.estimated_state_bytes(tiny_model_path, Config()) > estimate  # a full job's
 

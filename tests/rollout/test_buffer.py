@@ -181,6 +181,23 @@ def test_a_batch_taken_but_not_trained_is_saved_as_not_taken():
     asyncio.run(main())
 
 
+def test_a_batch_given_back_untrained_is_dealt_again_with_the_same_task_split():
+    """The untrained save kept the task-mix credit the taken batch had advanced: the redone
+    step was dealt the next step's split ({a: 2, b: 0} for {a: 1, b: 1})."""
+    async def main():
+        shares = [TaskShare("a", 2.0, 2), TaskShare("b", 1.0, 2)]
+        buf = TrajectoryBuffer(shares, groups_per_step=2, alpha=0, seed=1)
+        before = buf.export_state()["batch_credit"]
+        await _fill(buf, 0, 2)
+        await buf.get_batch(2, version=0)
+        assert buf.export_state()["batch_credit"] != before  # the take dealt the split
+        assert buf.export_state(untrained=True)["batch_credit"] == before  # given back: as before it
+        await buf.advance(1)
+        trained = buf.export_state(untrained=True)["batch_credit"]
+        assert trained != before and trained == buf.export_state()["batch_credit"]
+    asyncio.run(main())
+
+
 def test_drop_no_signal_gives_a_tied_groups_place_to_a_fresh_prompt():
     """DAPO's dynamic sampling: a group of equal rewards is dropped and another prompt
     rolled out in its place, so the step trains on groups that carry a gradient."""

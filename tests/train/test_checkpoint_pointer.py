@@ -29,3 +29,31 @@ def test_a_save_drops_checkpoints_of_steps_after_it_and_never_prunes_itself(tmp_
     _save(tmp_path, 3, keep=1)
     assert latest_checkpoint(tmp_path).name == "step_000003"
     assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_000003"]
+
+
+def test_a_kill_between_the_two_renames_of_a_step_saved_again_loses_nothing(tmp_path, monkeypatch):
+    """A step saved again (an interrupt's untrained save after a save) sets its first copy
+    aside, then renames the new one in: killed between the two, with keep=1, the run had no
+    checkpoint at all, and the next save swept both whole copies."""
+    import os
+
+    import pytest
+
+    _save(tmp_path, 4, keep=1)
+    real_replace, calls = os.replace, []
+
+    def killed_after_setting_aside(src, dst):
+        calls.append(dst)
+        real_replace(src, dst)
+        if ".tmp-old-" in str(dst):
+            raise KeyboardInterrupt  # a second Ctrl-C, or SIGKILL, right there
+
+    monkeypatch.setattr(os, "replace", killed_after_setting_aside)
+    with pytest.raises(KeyboardInterrupt):
+        _save(tmp_path, 4, keep=1)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert not (tmp_path / "step_000004").exists()  # as the kill left it
+    assert latest_checkpoint(tmp_path).name == "step_000004"  # the set-aside copy, put back
+    assert load_checkpoint(latest_checkpoint(tmp_path))[2]["step"] == 4
+    _save(tmp_path, 5, keep=1)
+    assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_000005"]

@@ -186,3 +186,22 @@ def test_resume_other_tasks_without_a_resume_is_refused():
 
     with pytest.raises(ConfigError, match=r"trainer.resume_other_tasks: expected false unless trainer.resume=true"):
         load_config(["trainer.resume_other_tasks=true"])
+
+
+def test_a_step_0_checkpoint_is_checked_against_the_run_like_any_other(tmp_path):
+    """A SIGTERM in the first rollout saves step 0 (untrained); its resume on other tasks went
+    ahead, and dropped the saved prompts of the run's own tasks without a word."""
+    from dataclasses import asdict
+
+    import pytest
+
+    from roll_agentic.hydra_config import load_config
+    from roll_agentic.train.job import TrainingJob
+
+    run = tmp_path / "r"
+    save_checkpoint(run / "checkpoints", 0, {"x": torch.ones(1)}, {"step": 0}, {"buffer": {}})
+    mine = "tasks=[{name:cliff,env_id:CliffWalking-v1},{name:guess,env_id:envs.guess_number:GuessNumber}]"
+    (run / "config.json").write_text(config_json(asdict(load_config([f"output_dir={tmp_path}", "run_name=r", mine]))))
+    job = TrainingJob(load_config([f"output_dir={tmp_path}", "run_name=r", "trainer.resume=true"]))
+    with pytest.raises(ValueError, match="this run trained tasks cliff, guess; this command line has frozenlake"):
+        job._check_resume_matches_run()
