@@ -49,9 +49,24 @@ def _recover_set_aside(root: Path) -> None:
     in: a kill between those two renames left the step only in folders a loader ignores and a
     prune sweeps (with keep=1, no checkpoint at all). The set-aside copy is whole: put back."""
     for old in sorted(root.glob("step_*.tmp-old-*")):
-        final = root / old.name.split(".tmp-old-", 1)[0]
-        if not final.exists() and (old / COMPLETE).exists():
-            os.replace(old, final)
+        final, pid = old.name.split(".tmp-old-", 1)
+        if _saving(pid):  # between its two renames right now, not killed there
+            continue
+        if not (root / final).exists() and (old / COMPLETE).exists():
+            os.replace(old, root / final)
+
+
+def _saving(pid: str) -> bool:
+    """Is process `pid` (another than this one) alive, and so perhaps mid-save?"""
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 def save_checkpoint(ckpt_root: str | Path, step: int, weights: dict[str, torch.Tensor],
