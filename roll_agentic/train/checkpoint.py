@@ -52,7 +52,8 @@ def _recover_set_aside(root: Path) -> None:
         final, pid = old.name.split(".tmp-old-", 1)
         if _saving(pid):  # between its two renames right now, not killed there
             continue
-        if not (root / final).exists() and (old / COMPLETE).exists():
+        whole = all((old / name).exists() for name in (COMPLETE, "weights.safetensors", "trainer.pt"))
+        if not (root / final).exists() and whole:
             os.replace(old, root / final)
 
 

@@ -57,8 +57,14 @@ def test_a_replaced_or_pruned_checkpoint_killed_midway_is_not_loaded(tmp_path):
     for step in (1, 2):
         save_checkpoint(tmp_path, step, w(step), {"step": step, "m": torch.full((4,), float(step))},
                         {"buffer": {"step": step}})
-    # a kill while step 2 was being replaced: the old copy set aside, the new one not yet renamed in
+    # a kill while step 2 was being replaced: the old copy set aside whole, the new one not yet
+    # renamed in. The set-aside copy is put back (before, the run went back to step 1).
     os.replace(tmp_path / "step_000002", tmp_path / f"step_000002.tmp-old-{os.getpid()}")
+    assert latest_checkpoint(tmp_path).name == "step_000002"
+    assert verify_checkpoint(tmp_path) == (2, "")
+    # set aside, then partly deleted: not a whole copy, never put back
+    os.replace(tmp_path / "step_000002", tmp_path / f"step_000002.tmp-old-{os.getpid()}")
+    (tmp_path / f"step_000002.tmp-old-{os.getpid()}" / "weights.safetensors").unlink()
     assert latest_checkpoint(tmp_path).name == "step_000001"
     assert verify_checkpoint(tmp_path) == (1, "")
     # a kill while pruning step 1: renamed first, so what is left is an ignored temp dir
