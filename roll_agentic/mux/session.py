@@ -13,7 +13,6 @@ Ctrl-C or SIGTERM stops every job with its newest step checkpointed, and
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import os
 import socket
@@ -29,6 +28,7 @@ from roll_agentic.mux.job_state import format_status
 from roll_agentic.mux.multiplexer import ACTOR_NAME, NAMESPACE, multiplexer_actor
 from roll_agentic.mux.mux_config import JobSpec, MuxConfig
 from roll_agentic.mux.summary import write_summary
+from roll_agentic.train.run_lock import RunDirLock, fresh_run_name
 from roll_agentic.train.termination import SigtermAsInterrupt, Terminated
 
 
@@ -160,11 +160,19 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
     `overrides`: those the command line gave every job (recorded for a resume)."""
     from roll_agentic.cluster import init_ray
 
-    run_dir = Path(m.output_dir) / (run_name or f"{m.name}-{dt.datetime.now():%Y%m%d-%H%M%S}")
+    run_dir = Path(m.output_dir) / (run_name or fresh_run_name(Path(m.output_dir), f"{m.name}-"))
     run_dir.mkdir(parents=True, exist_ok=True)  # an unwritable output_dir fails here, before Ray starts
+    # One session per run folder: a resume typed twice would run every job twice, on
+    # the same checkpoints and logs. RunDirInUse (a RuntimeError) is printed by the CLI.
+    lock = RunDirLock(run_dir)
+    lock.acquire()
     (run_dir / RUN_RECORD).write_text(json.dumps({"name": m.name, "config": config_path,
                                                   "overrides": list(overrides)}))
-    started = init_ray(RayConfig(num_cpus=m.ray_num_cpus))
+    try:
+        started = init_ray(RayConfig(num_cpus=m.ray_num_cpus))
+    except BaseException:
+        lock.release()
+        raise
     term = SigtermAsInterrupt().install()  # after ray.init, whose handler exits at once
     multiplexed = None  # the multiplexer of the jobs themselves (not the solo baseline's)
     try:
@@ -221,6 +229,7 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
                 address_file(m).unlink()
         if started:
             ray.shutdown()
+        lock.release()
 
 
 SOLO_PASS, MULTIPLEXED_PASS = "solo baseline", "multiplexed"  # the passes of a `mux run`

@@ -7,7 +7,6 @@ the rollout workers.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import shutil
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from roll_agentic.rollout.buffer import TaskShare, TrajectoryBuffer
 from roll_agentic.rollout.worker import RolloutWorker
 from roll_agentic.train.checkpoint import latest_checkpoint
 from roll_agentic.train.resource_check import trainer_in_process
-from roll_agentic.train.run_lock import LOCK_NAME
+from roll_agentic.train.run_lock import LOCK_NAME, fresh_run_name
 from roll_agentic.train.trainer import PolicyTrainer
 
 
@@ -190,7 +189,7 @@ def resolve_run_dir(cfg: Config) -> Path:
             raise FileNotFoundError(f"trainer.resume=true but no run under {root}/ has a checkpoint; "
                                     "pass run_name=<run> or start without resume")
         return runs[-1]
-    name = cfg.run_name or _fresh_name(root)
+    name = cfg.run_name or fresh_run_name(root)
     run_dir = root / name
     if cfg.trainer.resume and latest_checkpoint(run_dir / "checkpoints") is None:
         # Said only once Ray, the engines and the trainer had started (minutes with vLLM),
@@ -203,16 +202,6 @@ def resolve_run_dir(cfg: Config) -> Path:
         raise RuntimeError(f"{run_dir} already holds a run's checkpoints: pass trainer.resume=true to "
                            "continue it, or another run_name (none: a new timestamped one)")
     return run_dir
-
-
-def _fresh_name(root: Path) -> str:
-    """A timestamp, with -2, -3, ... after it when a run of the same second has that folder."""
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    name, n = stamp, 1
-    while (root / name).exists():
-        n += 1
-        name = f"{stamp}-{n}"
-    return name
 
 
 def start_rewards(cfg: Config, run_dir: Path) -> tuple[object | None, str]:

@@ -11,6 +11,7 @@ however it ends, so a killed run never leaves its folder locked.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import fcntl
 import os
 from pathlib import Path
@@ -52,3 +53,13 @@ class RunDirLock:
             os.ftruncate(self._fd, 0)
         os.close(self._fd)  # closing the descriptor releases the flock
         self._fd = None
+
+
+def fresh_run_name(root: Path, prefix: str = "") -> str:
+    """`prefix` and a timestamp, with -2, -3, ... after it when a run of the same second has that folder."""
+    stamp = prefix + dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    name, n = stamp, 1
+    while (Path(root) / name).exists():
+        n += 1
+        name = f"{stamp}-{n}"
+    return name

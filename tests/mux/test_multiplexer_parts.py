@@ -352,6 +352,42 @@ def test_a_mux_run_that_fails_early_leaves_the_running_ones_address_file(monkeyp
     assert not session.address_file(m).exists()
 
 
+def test_a_second_mux_session_on_a_run_folder_in_use_is_refused_before_ray(monkeypatch, tmp_path):
+    """Two `mux run --resume X` at once ran every job twice on the same checkpoints and logs."""
+    import roll_agentic.cluster
+    from roll_agentic.mux import session
+    from roll_agentic.train.run_lock import RunDirInUse, RunDirLock
+
+    m = MuxConfig(name="t", output_dir=str(tmp_path))
+    (tmp_path / "run").mkdir()
+    held = RunDirLock(tmp_path / "run")
+    held.acquire()
+    rays: list[object] = []
+    monkeypatch.setattr(roll_agentic.cluster, "init_ray", lambda cfg: rays.append(cfg) or False)
+
+    def fails(*_a, **_k):
+        raise RuntimeError("no pools today")
+
+    monkeypatch.setattr(session, "start_multiplexer", fails)
+    with pytest.raises(RunDirInUse, match="in use by another process"):
+        session.run_session(m, [], solo_baseline=False, run_name="run")
+    assert rays == []
+    held.release()
+    with pytest.raises(RuntimeError, match="no pools today"):  # free again: it starts
+        session.run_session(m, [], solo_baseline=False, run_name="run")
+    assert len(rays) == 1
+    held.acquire()  # the failed session let go of it
+
+
+def test_fresh_mux_run_names_of_one_second_differ(tmp_path):
+    from roll_agentic.train.run_lock import fresh_run_name
+
+    first = fresh_run_name(tmp_path, "job-")
+    (tmp_path / first).mkdir()
+    second = fresh_run_name(tmp_path, "job-")
+    assert first.startswith("job-") and second.startswith("job-") and second != first
+
+
 def test_status_says_the_live_slowdown_is_against_the_worst_case_profile():
     """It showed "slowdown 0.71x" for a job whose summary, against its solo pass, said 1.01x."""
     from roll_agentic.mux.job_state import format_status
