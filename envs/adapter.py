@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from roll_agentic.rollout.env_contract import EnvContractError
+from roll_agentic.rollout.env_contract import EnvContractError, check_step
 
 # Action names of gymnasium's toy-text envs, in their action-index order.
 KNOWN_ACTION_NAMES: dict[str, list[str]] = {
@@ -110,6 +110,14 @@ class DiscreteTextAdapter(gym.Env):
         if size == 5 and (isinstance(out[1], bool) or not isinstance(out[1], Real)):
             raise EnvContractError(f"{type(self.env.unwrapped).__name__}.step: reward must be a number, "
                                    f"got {type(out[1]).__name__} {out[1]!r:.80}")
+        if size == 5:
+            # step() below passes bool(terminated), bool(truncated) on: unchecked, "False" became
+            # True and None False, so the contract never saw them and `env check` passed the env.
+            # Checked by the contract's own rule, so both accept the same flags (numpy bools too).
+            try:
+                check_step(("", 0.0, out[2], out[3], {}))
+            except EnvContractError as err:
+                raise EnvContractError(f"{type(self.env.unwrapped).__name__}.{err}") from None
         return out
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -128,4 +136,7 @@ class DiscreteTextAdapter(gym.Env):
         return self._last_text, float(reward), bool(terminated), bool(truncated), dict(info)
 
     def close(self) -> None:
-        self.env.close()
+        # A wrapped env need not subclass gym.Env, so it may have no close: nothing to release.
+        close = getattr(self.env, "close", None)
+        if callable(close):
+            close()

@@ -14,7 +14,8 @@ Latency distributions (seconds, capped at `latency_cap_s`):
 
 The agent is asked for a number each turn; any reply with a digit counts as a
 valid move (reward 1/turns per valid move), anything else is an invalid
-action. The episode ends after its drawn number of turns.
+action. The episode ends after its drawn number of turns, a success when
+every move was valid.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class LongTailEnv(gym.Env):
         self.turns = min_turns
         self.latencies: list[float] = []
         self.t = 0
+        self.valid = 0  # valid replies this episode
         self._last = ""
 
     def _draw_latencies(self, rng: np.random.Generator, n: int) -> list[float]:
@@ -72,7 +74,7 @@ class LongTailEnv(gym.Env):
         rng = self.np_random
         self.turns = int(rng.integers(self.min_turns, self.max_turns + 1))
         self.latencies = self._draw_latencies(rng, self.turns)
-        self.t = 0
+        self.t = self.valid = 0
         if self.sleep and self.reset_latency_s > 0:
             time.sleep(self.reset_latency_s)
         self._last = self._observation(f"Task of {self.turns} steps begins.")
@@ -84,9 +86,13 @@ class LongTailEnv(gym.Env):
             time.sleep(latency)  # the environment is busy (a build, a page load, a test run)
         self.t += 1
         valid = bool(_DIGIT.search(action))
+        self.valid += valid
         done = self.t >= self.turns
         self._last = self._observation(f"Step {self.t} of {self.turns} {'done' if valid else 'rejected'}.")
-        info = {"invalid_action": not valid, "success": done, "latency_s": latency}
+        # Success is finishing with every move valid, as envs/tail_turns.py has it: `done` alone
+        # counted an episode of nothing but invalid replies a success in the summary and metrics.
+        success = done and self.valid == self.turns
+        info = {"invalid_action": not valid, "success": success, "latency_s": latency}
         return self._last, (1.0 / self.turns if valid else 0.0), done, False, info
 
     def render(self) -> str:

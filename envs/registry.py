@@ -30,8 +30,16 @@ def _load_entry_point(env_id: str) -> type:
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise EnvSpecError(f"env_id {env_id!r}: cannot import module {module_name!r} ({err}); run from the "
-                           "folder that holds it, or add that folder to PYTHONPATH") from err
+        if isinstance(err, ModuleNotFoundError) and _is_self_or_parent(err.name, module_name):
+            raise EnvSpecError(f"env_id {env_id!r}: cannot import module {module_name!r} ({err}); run from the "
+                               "folder that holds it, or add that folder to PYTHONPATH") from err
+        # The module was found; its own import of another one failed. The path hint above sent
+        # its author looking for their own module, which was never missing.
+        if isinstance(err, ModuleNotFoundError) and err.name:
+            raise EnvSpecError(f"env_id {env_id!r}: module {module_name!r} imports {err.name!r}, which is not "
+                               "installed: install it in the environment the run uses") from err
+        raise EnvSpecError(f"env_id {env_id!r}: importing module {module_name!r} raised "
+                           f"{type(err).__name__}: {err}") from err
     except SyntaxError as err:  # said before as "constructing ... raised SyntaxError", as if __init__ were wrong
         raise EnvSpecError(f"env_id {env_id!r}: module {module_name!r} does not parse: {err.msg} "
                            f"({err.filename}, line {err.lineno})") from err
@@ -42,6 +50,12 @@ def _load_entry_point(env_id: str) -> type:
     if cls is None:
         raise EnvSpecError(f"env_id {env_id!r}: module {module_name!r} has no attribute {attr!r}")
     return cls
+
+
+def _is_self_or_parent(missing: str | None, module_name: str) -> bool:
+    """Whether the module that could not be found is `module_name` or a package above it
+    (`my_pkg` of `my_pkg.env`); None (an ImportError that names no module) counts as it."""
+    return missing is None or missing == module_name or module_name.startswith(f"{missing}.")
 
 
 def _env_classes(module_name: str) -> list[str]:

@@ -3,6 +3,7 @@
 Bounded concurrency, same outcome type as the serverless client; a raised
 exception, a non-numeric result or a call past its time limit is ok=False
 with the reason, never a 0 (a hung reward would otherwise hold its group forever).
+A reward that calls sys.exit() fails its call the same way (RewardExited).
 
 A module with a Lambda `handler(event, context)` is run through it, as the
 serverless client runs it, with a context whose remaining time is the call's
@@ -28,9 +29,11 @@ worker process.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -49,8 +52,11 @@ STUCK_PER_SLOT = 2
 
 
 @dataclass
-class _Context:
-    """The part of Lambda's handler `context` a reward reads: the time it has left."""
+class HandlerContext:
+    """The part of Lambda's handler `context` a reward reads: the time it has left.
+
+    Public: the start check (rollout/task_check.py) calls a handler with one too, so a
+    handler that budgets its time passes there exactly as it runs here."""
 
     deadline: float | None  # time.monotonic() by which the call must be done; None: no limit
     function_name: str = ""
@@ -59,6 +65,37 @@ class _Context:
         if self.deadline is None:
             return 2**31 - 1
         return max(0, int((self.deadline - time.monotonic()) * 1000))
+
+
+class RewardExited(RuntimeError):
+    """A reward function raised SystemExit (it called sys.exit()): a failed reward, not a worker exit."""
+
+
+def scoring_call(mod: ModuleType, function: str, deadline: float | None) -> Callable[[dict], object]:
+    """What scores a summary in process: the module's `handler(event, context)` where it has one
+    (as the serverless client runs it), else `reward(summary)`. The start check calls the same."""
+    handler = getattr(mod, "handler", None)
+    if not callable(handler):
+        return mod.reward
+
+    def call(summary: dict) -> object:
+        return handler(summary, HandlerContext(deadline, function))
+
+    return call
+
+
+def _contained(fn: Callable[[dict], object], summary: dict) -> object:
+    """fn(summary) with its SystemExit turned into RewardExited.
+
+    Raised on the executor's thread and awaited, a SystemExit was re-raised out of score()
+    and the event loop: one reward's sys.exit() ended the rollout worker and every episode
+    on it (env_calls._contained does the same for envs). KeyboardInterrupt is left alone:
+    it is the user stopping the run, not the reward's failure."""
+    try:
+        return fn(summary)
+    except SystemExit as err:
+        raise RewardExited(f"SystemExit({err.code!r}) raised: a reward must return a number, "
+                           "not call sys.exit()") from None
 
 
 class LocalRewardClient:
@@ -109,14 +146,8 @@ class LocalRewardClient:
                 if pool.abandoned >= self.max_stuck and (stuck := pool.abandoned_kinds().get(function)):
                     return RewardOutcome(None, False, time.monotonic() - t0, 0, False, 0, 0.0, 0.0,
                                          self._stuck_error(function, stuck, limit, pool.abandoned))
-                handler = getattr(mod, "handler", None)
-                if callable(handler):
-                    def call(s: dict, handler=handler) -> object:
-                        return handler(s, _Context(deadline, function))
-                else:
-                    call = mod.reward
-                fn = faults.reward_fn(call)
-                run = pool.submit(lambda: fn(summary), kind=function)
+                fn = faults.reward_fn(scoring_call(mod, function, deadline))
+                run = pool.submit(functools.partial(_contained, fn, summary), kind=function)
                 try:
                     result = await asyncio.wait_for(run, limit)
                 except asyncio.CancelledError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -41,9 +42,21 @@ def parse_reward(result: Any) -> tuple[float | None, str]:
     raw = result.get("reward") if isinstance(result, dict) else result
     if isinstance(result, dict) and "reward" not in result:
         return None, f"the reward function returned a dict without a 'reward' key: {sorted(result)[:8]}"
-    if isinstance(raw, bool) or not isinstance(raw, int | float):
+    # numpy scalars (np.float32, np.int64) and 0-d arrays or tensors are what a reward computed
+    # with numpy or torch returns; they were refused as "not a number" and failed every
+    # trajectory. Duck-typed, so parsing needs neither library. A bool stays refused either way
+    # (np.bool_ becomes one): True is a predicate's answer, not a score.
+    if getattr(raw, "shape", None) == () and callable(getattr(raw, "item", None)):
+        try:
+            raw = raw.item()
+        except Exception:  # noqa: BLE001 - no scalar in it: refused below as what it is
+            pass
+    if isinstance(raw, bool) or not isinstance(raw, Real):
         return None, f"the reward is not a number: {raw!r:.200}"
-    value = float(raw)
+    try:
+        value = float(raw)
+    except OverflowError:  # an int past float's range: raised out of the client's score() before
+        return None, f"the reward is not finite: {raw!r:.40}"
     if not math.isfinite(value):
         return None, f"the reward is not finite: {value}"
     return value, ""

@@ -7,7 +7,10 @@ A bare name is a module in the shipped `rewards` package; a dotted name is
 any importable module, found the way a task's `env_id` entry point is (the
 run's folder is on the path of the run and of every process it starts).
 Before this, a reward had to be copied into the installed `rewards/`, so a
-user's env and its reward could not live in the user's own package.
+user's env and its reward could not live in the user's own package. A
+top-level module of the user's (`my_reward.py` in the run's folder) is not a
+reward: its bare name already means `rewards/my_reward.py`, so the user is
+told to put it in a package (`my_pkg/my_reward.py`, `reward: my_pkg.my_reward`).
 
 Either way the module is deployed as one file (the Lambda zip holds just
 that file, whose `handler` is `<file stem>.handler`) and its function is
@@ -20,9 +23,15 @@ stem would share one function, so the config refuses them.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 BUILTIN_PACKAGE = "rewards"
+
+
+class TopLevelModule(FileNotFoundError):
+    """A bare reward name that is no module of rewards/ but a top-level module of the user's:
+    the message says where to move it, so no "expected rewards/<name>.py" may follow it."""
 
 
 def module_name(ref: str) -> str:
@@ -80,6 +89,12 @@ def source_file(ref: str) -> Path:
         spec = None
     if spec is None or not spec.origin or not spec.has_location:
         if "." not in ref:
+            top = _top_level_file(ref)
+            if top is not None:  # the user's own my_reward.py next to the run, not one in rewards/
+                raise TopLevelModule(
+                    f"reward {ref!r}: a bare name is a module in rewards/, and there is none of that name; "
+                    f"{top} is a top-level module, which a reward cannot be: put it in a package of yours "
+                    f"(my_pkg/{ref}.py, with an empty my_pkg/__init__.py) and name it reward: my_pkg.{ref}")
             raise FileNotFoundError(f"reward {ref!r} is not a module in rewards/{_close_one(ref, 'rewards')}")
         package, _, leaf = name.rpartition(".")
         if _has_location(package):  # the package is there: only the module is missing
@@ -93,6 +108,24 @@ def source_file(ref: str) -> Path:
         raise FileNotFoundError(
             f"reward {ref!r}: {path} is not a plain module file; a reward is deployed as one .py file")
     return path
+
+
+def _top_level_file(name: str) -> Path | None:
+    """The file of a top-level module `name` of the user's (not the standard library's), if any.
+
+    Not accepted as the reward: a bare name means rewards/, so `reward: frozenlake` can never
+    turn into a stray frozenlake.py of the run's folder (an env's `module:Class` has no such
+    ambiguity); said instead of "not a module in rewards/", which sent users to add the file
+    to the installed package."""
+    if name in sys.stdlib_module_names:
+        return None
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.has_location or not spec.origin or spec.submodule_search_locations is not None:
+        return None
+    return Path(spec.origin) if spec.origin.endswith(".py") else None
 
 
 def _has_location(package: str) -> bool:

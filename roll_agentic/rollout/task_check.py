@@ -6,7 +6,10 @@ every episode failed, the buffer waited out its five minutes of failures
 (a restarting service is not broken), and the run ended in a Ray traceback.
 An env that builds but whose reset raises (or returns the old gym API's bare
 observation), or a reward function with the wrong signature, failed the same
-way: every episode or every reward, so they are checked here too.
+way: every episode or every reward, so they are checked here too. A reward
+module is called as the run will call it (its handler, with a real context,
+wherever the run would use it), and an env whose reset ignores its seed is
+warned about (GRPO and evaluation take one seed for one episode).
 """
 
 from __future__ import annotations
@@ -14,12 +17,15 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import sys
 import threading
+import time
 from collections.abc import Callable
 
 from roll_agentic.config import TaskConfig
+from roll_agentic.reward.local import scoring_call
 from roll_agentic.reward.outcome import parse_reward
-from roll_agentic.reward.reward_ref import module_name, shown_as, source_file
+from roll_agentic.reward.reward_ref import TopLevelModule, module_name, shown_as, source_file
 from roll_agentic.rollout.env_contract import check_reset, check_step
 from roll_agentic.rollout.trajectory import json_scalars
 
@@ -53,7 +59,7 @@ def _env_problem(task: TaskConfig, timeout_s: float) -> tuple[str, dict]:
     Each call runs under the limit the run's worker puts on env calls: called here
     directly, an env whose reset hung (a simulator that never came up) held the start
     for ever, before anything said what it was waiting for."""
-    from envs.registry import make_text_env
+    from envs.registry import EnvSpecError, make_text_env
 
     def too_slow(call: str) -> str:
         return (f"env_id {task.env_id!r}: {call} did not return within {timeout_s:g}s, the limit a run puts on "
@@ -64,13 +70,17 @@ def _env_problem(task: TaskConfig, timeout_s: float) -> tuple[str, dict]:
         env = _bounded(functools.partial(make_text_env, task.env_id, task.env_kwargs), timeout_s)
     except _TooSlow:
         return too_slow("building it"), {}
-    except Exception as err:  # noqa: BLE001 - any failure of the user's env is reported as such
-        return (str(err) if isinstance(err, ValueError) else
-                f"env_id {task.env_id!r} failed to build: {type(err).__name__}: {err}"), {}
+    except EnvSpecError as err:  # the registry's own message: it names the env and what to do
+        return str(err), {}
+    except Exception as err:  # noqa: BLE001 - the user's constructor raised: said so, as `env check` says it
+        return f"constructing {task.env_id!r} raised {type(err).__name__}: {err}", {}
     call = "reset(seed=0)"
     hung = False
     try:
-        check_reset(_bounded(functools.partial(env.reset, seed=0), timeout_s))
+        first, _ = check_reset(_bounded(functools.partial(env.reset, seed=0), timeout_s))
+        again, _ = check_reset(_bounded(functools.partial(env.reset, seed=0), timeout_s))
+        if first != again:
+            _warn_nondeterministic(task, first, again)
         call = "step(<a reply that names no action>)"
         _, reward, terminated, truncated, info = check_step(
             _bounded(functools.partial(env.step, _UNPARSEABLE_REPLY), timeout_s))
@@ -82,10 +92,37 @@ def _env_problem(task: TaskConfig, timeout_s: float) -> tuple[str, dict]:
                 f"(run `roll-agentic env check {task.env_id}` for every check)"), {}
     finally:
         # A failing close says nothing about training; after a hung call it may hang too
-        # (a lock the stuck call holds), so it is then not waited for.
-        _call_in_thread(env.close, 0.0 if hung else timeout_s)
+        # (a lock the stuck call holds), so it is then not waited for. A text env need not
+        # subclass gym.Env, so it may have no close at all (the worker shrugs that off too).
+        close = getattr(env, "close", None)
+        if callable(close):
+            _call_in_thread(close, 0.0 if hung else timeout_s)
     return "", {"env_return": float(reward), "terminated": bool(terminated), "truncated": bool(truncated),
                 "info": json_scalars(info)}
+
+
+# Envs (id and kwargs) whose nondeterministic reset was warned about: once per process, not
+# once per task using the env or per job a multiplexer admits.
+_WARNED_NONDETERMINISTIC: set[str] = set()
+
+
+def _warn_nondeterministic(task: TaskConfig, first: str, again: str) -> None:
+    """Two resets with seed 0 gave different observations: GRPO compares a group's episodes
+    as if they were one episode replayed, and evaluation replays its seeds, so an env that
+    ignores its seed trains on noise. A warning, not a refusal: no task key lets an env say
+    it varies on purpose (envs/tail_turns.py draws each response's length per call)."""
+    key = _env_key(task)
+    if key in _WARNED_NONDETERMINISTIC:
+        return
+    _WARNED_NONDETERMINISTIC.add(key)
+    print(f"warning: task {task.name!r}: env_id {task.env_id!r}: reset(seed=0) twice gave different "
+          f"observations ({first!r:.40} then {again!r:.40}); GRPO groups and evaluation assume the same seed "
+          "gives the same episode, so reset(seed=...) must be deterministic: call super().reset(seed=seed) "
+          "and draw every random choice from self.np_random", file=sys.stderr)
+
+
+def _env_key(task: TaskConfig) -> str:
+    return repr((task.env_id, sorted(task.env_kwargs.items())))
 
 
 def _sample_summary(task: TaskConfig, turn: dict) -> dict:
@@ -122,11 +159,14 @@ def _call_in_thread(fn: Callable[[], object], timeout_s: float) -> tuple[object,
 
 def _reward_problem(name: str, summary: dict, need_handler: bool = False) -> str:
     """Why the reward module `name` names cannot score a trajectory, or "". `need_handler`:
-    the run invokes it as a Lambda function (reward.mode=serverless), through `handler`."""
+    the run invokes it as a Lambda function (reward.mode=serverless), through `handler`;
+    otherwise it is called as LocalRewardClient calls it (its handler, where it has one)."""
     file = shown_as(name)
     expected = f"expected {file} with reward(summary) and handler(event, context)"
     try:
         source_file(name)
+    except TopLevelModule as err:  # "expected rewards/<name>.py" would send its author to the installed package
+        return str(err)
     except FileNotFoundError as err:
         return f"{err} ({expected})"
     try:
@@ -154,30 +194,40 @@ def _reward_problem(name: str, summary: dict, need_handler: bool = False) -> str
             pass
     # One call on a real summary: a reward that raises (a key it expects but the worker
     # never sends), or returns nan, None or a string, failed every trajectory the same way.
-    result, error, finished = _call_reward(module.reward, summary)
-    if not finished:
-        # Not refused: a first call may load a model for longer than this. The run's
-        # own reward timeouts deal with one that never returns; the start goes on.
-        return ""
-    if error is not None:
-        return (f"reward {name!r}: {file}'s reward(summary) raised {type(error).__name__}: {error} "
-                f"on a one-turn episode's summary (keys: {', '.join(summary)})")
-    value, why = parse_reward(result)
-    if value is None:
-        return (f"reward {name!r}: {file}'s reward(summary) must return a finite number "
-                f"(or {{'reward': number}}); {why}")
-    if need_handler:
-        # What the Lambda runtime calls: a handler returning {"score": ...} passed the check
-        # above and failed every trajectory of the run (reward_failed), a minute later.
-        result, error, finished = _call_in_thread(
-            functools.partial(module.handler, summary, None), REWARD_CHECK_TIMEOUT_S)
+    # Called is what the run calls: serverless invokes `handler` (reward() is tried first so
+    # its faults are named as its own); in process, LocalRewardClient runs `handler` where
+    # the module has one and `reward` otherwise, so a broken handler failed every
+    # trajectory of a reward=local run that this check had passed.
+    handler = getattr(module, "handler", None)
+    if need_handler or not callable(handler):
+        result, error, finished = _call_reward(module.reward, summary)
+        if not finished:
+            # Not refused: a first call may load a model for longer than this. The run's
+            # own reward timeouts deal with one that never returns; the start goes on.
+            return ""
+        if error is not None:
+            return (f"reward {name!r}: {file}'s reward(summary) raised {type(error).__name__}: {error} "
+                    f"on a one-turn episode's summary (keys: {', '.join(summary)})")
+        value, why = parse_reward(result)
+        if value is None:
+            return (f"reward {name!r}: {file}'s reward(summary) must return a finite number "
+                    f"(or {{'reward': number}}); {why}")
+    if callable(handler):
+        # What the Lambda runtime (and, in process, LocalRewardClient) calls: a handler returning
+        # {"score": ...} passed the check above and failed every trajectory of the run
+        # (reward_failed), a minute later. Its context is a real one, as both give it: a handler
+        # that budgets its time by context.get_remaining_time_in_millis() failed on None.
+        deadline = time.monotonic() + REWARD_CHECK_TIMEOUT_S
+        call = scoring_call(module, name, deadline)
+        result, error, finished = _call_in_thread(functools.partial(call, summary), REWARD_CHECK_TIMEOUT_S)
+        where = "" if need_handler else " (reward=local runs call it too: a module's handler is what they score with)"
         if finished and error is not None:
             return (f"reward {name!r}: {file}'s handler(event, context) raised {type(error).__name__}: "
-                    f"{error} on a one-turn episode's summary as the event")
+                    f"{error} on a one-turn episode's summary as the event{where}")
         value, why = parse_reward(result)
         if finished and value is None:
             return (f"reward {name!r}: {file}'s handler(event, context) must return "
-                    f"{{'reward': number}}, as `return {{'reward': reward(event)}}` does; {why}")
+                    f"{{'reward': number}}, as `return {{'reward': reward(event)}}` does; {why}{where}")
     return ""
 
 
@@ -189,7 +239,7 @@ def task_problem(tasks: list[TaskConfig], reward_mode: str = "local", env_timeou
     turns: dict[str, dict] = {}  # env (id and kwargs) -> the info of its checked first turn
     for i, task in enumerate(tasks):
         where = f"tasks[{i}] ({task.name})"
-        key = repr((task.env_id, sorted(task.env_kwargs.items())))
+        key = _env_key(task)
         if key not in turns:
             problem, turns[key] = _env_problem(task, env_timeout_s)
             if problem:

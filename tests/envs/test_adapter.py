@@ -1,9 +1,11 @@
 import gymnasium as gym
+import numpy as np
 import pytest
 
 from envs.adapter import DiscreteTextAdapter
 from envs.checker import check_env
 from envs.registry import EnvSpecError, make_text_env
+from roll_agentic.rollout.env_contract import EnvContractError, check_step
 
 
 def test_frozenlake_v1_through_the_generic_adapter():
@@ -131,3 +133,69 @@ def test_a_discrete_space_with_a_start_maps_replies_onto_its_actions():
     for reply in ("0", "1", "2"):  # indices into the space's three actions
         env.step(reply)
     assert env.env.taken == [-1, 0, 1]
+
+
+class _Flags(gym.Env):
+    """A Discrete env whose step returns the given terminated flag."""
+
+    def __init__(self, terminated=False):
+        self.observation_space = gym.spaces.Discrete(1)
+        self.action_space = gym.spaces.Discrete(2)
+        self.terminated = terminated
+
+    def reset(self, *, seed=None, options=None):
+        return 0, {}
+
+    def step(self, action):
+        return 0, 0.0, self.terminated, False, {}
+
+
+class _StringFlag(_Flags):
+    def __init__(self):
+        super().__init__("False")
+
+
+@pytest.mark.parametrize("flag", ["False", None, 1.0, np.array([True, False])])
+def test_the_adapter_refuses_flags_the_contract_refuses(flag):
+    """bool("False") is True and bool(None) False: the adapter's bool() hid them from the
+    contract, so an episode ended (or never did) on a flag the env did not mean."""
+    env = DiscreteTextAdapter(_Flags(flag))
+    env.reset(seed=0)
+    with pytest.raises(EnvContractError, match=r"^_Flags\.step: terminated must be a bool, got "):
+        env.step("1")
+    with pytest.raises(EnvContractError):
+        check_step(("x", 0.0, flag, False, {}))  # the same rule
+
+
+@pytest.mark.parametrize("flag, expect", [(np.bool_(True), True), (np.bool_(False), False), (True, True), (0, False)])
+def test_the_adapter_and_the_contract_accept_numpy_bools(flag, expect):
+    env = DiscreteTextAdapter(_Flags(flag))
+    env.reset(seed=0)
+    _, _, terminated, _, _ = check_step(env.step("1"))
+    assert terminated is expect
+    check_step(("x", 0.0, flag, flag, {}))
+
+
+def test_env_check_fails_a_discrete_env_whose_flag_is_a_string():
+    results = {r.name: r for r in check_env("tests.envs.test_adapter:_StringFlag")}
+    assert not results["step types"].ok
+    assert "_StringFlag.step: terminated must be a bool, got str 'False'" in results["step types"].detail
+
+
+class _NoClose:
+    """A Discrete env that is no gym.Env, so it has no close."""
+
+    observation_space = gym.spaces.Discrete(1)
+    action_space = gym.spaces.Discrete(2)
+    spec = None
+
+    @property
+    def unwrapped(self):
+        return self
+
+    def reset(self, *, seed=None, options=None):
+        return 0, {}
+
+
+def test_closing_an_adapted_env_without_close_is_a_no_op():
+    DiscreteTextAdapter(_NoClose()).close()

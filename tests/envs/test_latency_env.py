@@ -41,5 +41,16 @@ def test_an_episode_runs_to_its_drawn_length_and_scores_valid_moves():
         total += r
         steps += 1
         assert info["invalid_action"] == (steps % 2 == 0)
-    assert steps == env.turns and info["success"]
+    assert steps == env.turns and not info["success"]  # half its replies were invalid
     assert total == pytest.approx(((env.turns + 1) // 2) / env.turns)
+
+
+@pytest.mark.parametrize("reply, success", [("4", True), ("no idea", False)])
+def test_success_is_finishing_with_every_move_valid(reply, success):
+    """`success` was `done`: an episode of nothing but invalid replies counted as a success."""
+    env = LongTailEnv(min_turns=3, max_turns=3, sleep=False)
+    env.reset(seed=0)
+    infos = [env.step(reply)[4] for _ in range(3)]
+    assert [i["success"] for i in infos] == [False, False, success]
+    env.reset(seed=0)  # a new episode starts its count afresh
+    assert [env.step("4")[4]["success"] for _ in range(3)] == [False, False, True]

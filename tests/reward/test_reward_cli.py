@@ -26,13 +26,17 @@ def test_a_shipped_reward_passes_with_its_handler(capsys):
     assert out.startswith("PASS reward 'frozenlake': reward(summary) and handler(event, context) scored")
 
 
-def test_a_handler_that_returns_no_reward_key_fails_unless_local(user_reward, capsys):
+def test_a_handler_that_returns_no_reward_key_fails_local_or_not(user_reward, capsys):
     name = user_reward("scored", "def reward(summary):\n    return 1.0\n"
                                  "def handler(event, context):\n    return {'score': 1.0}\n")
     assert main(["reward", "check", name]) == 1
     assert "FAIL reward 'scored': " in capsys.readouterr().err
-    assert main(["reward", "check", name, "--local"]) == 0  # reward=local never calls the handler
-    assert "PASS reward 'scored': reward(summary) scored" in capsys.readouterr().out
+    # reward=local runs score through a module's handler too (LocalRewardClient): it fails there
+    assert main(["reward", "check", name, "--local"]) == 1
+    assert "FAIL reward 'scored': " in capsys.readouterr().err
+    plain = user_reward("plain", "def reward(summary):\n    return 1.0\n")
+    assert main(["reward", "check", plain, "--local"]) == 0
+    assert "PASS reward 'plain': reward(summary) scored" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, says", [

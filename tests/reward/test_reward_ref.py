@@ -143,3 +143,22 @@ def test_a_user_module_is_deployed_to_the_emulator_and_scored_there(user_pkg, tm
         assert outcome.ok and outcome.value == 0.25, outcome
         with pytest.raises(FileNotFoundError, match="package my_pkg has no module nothing"):
             svc.deploy_rewards(url, ["frozenlake", "my_pkg.nothing"], cfg)
+
+
+def test_a_top_level_module_is_told_to_go_in_a_package(tmp_path, monkeypatch):
+    """A bare name is a module in rewards/: "not a module in rewards/ (expected rewards/myrew.py)"
+    sent the author of a top-level myrew.py to edit the installed package."""
+    (tmp_path / "myrew_top_level.py").write_text("def reward(summary):\n    return 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(FileNotFoundError) as err:
+        source_file("myrew_top_level")
+    assert str(err.value) == (
+        "reward 'myrew_top_level': a bare name is a module in rewards/, and there is none of that name; "
+        f"{tmp_path / 'myrew_top_level.py'} is a top-level module, which a reward cannot be: put it in a package "
+        "of yours (my_pkg/myrew_top_level.py, with an empty my_pkg/__init__.py) and name it "
+        "reward: my_pkg.myrew_top_level")
+    problem = task_problem([TaskConfig(name="cliff", env_id="CliffWalking-v1", reward="myrew_top_level")])
+    assert problem == f"tasks[0] (cliff): {err.value}"  # no "(expected rewards/myrew_top_level.py ...)" after it
+    # a standard library module of that name is no file of the user's: the usual message
+    with pytest.raises(FileNotFoundError, match="reward 'textwrap' is not a module in rewards/"):
+        source_file("textwrap")

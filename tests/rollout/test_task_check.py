@@ -176,14 +176,48 @@ def test_serverless_mode_needs_the_handler_local_mode_does_not(user_rewards):
     ("def handler(event, context):\n    return event['body']\n",
      "handler(event, context) raised KeyError: 'body' on a one-turn episode's summary as the event"),
 ])
-def test_serverless_mode_calls_the_handler_once_too(user_rewards, handler, message):
+def test_both_modes_call_the_handler_once_too(user_rewards, handler, message):
     """Before, a handler that returned {'score': ...} passed the start and failed every
-    trajectory of the run (reward_failed), about a minute later."""
+    trajectory of the run (reward_failed), about a minute later. reward=local runs score
+    through the handler too (LocalRewardClient), yet the local check tried reward() only."""
     name = user_rewards("bad_handler", "def reward(summary):\n    return 1.0\n" + handler)
     tasks = [TaskConfig(name="cliff", env_id="CliffWalking-v1", reward=name)]
+    for mode in ("local", "serverless"):
+        problem = task_problem(tasks, mode)
+        assert problem.startswith("tasks[0] (cliff): reward 'bad_handler': ") and message in problem, problem
+    assert "reward=local runs call it too" in task_problem(tasks, "local")
+
+
+def test_local_mode_calls_what_the_local_client_calls(user_rewards):
+    """With a handler, LocalRewardClient never calls reward() itself: a reward() that only
+    the handler's wrapper can call (here, one that needs its argument unpacked) passes."""
+    name = user_rewards("via_handler", """
+        def reward(summary):
+            return summary["inner"]["value"]
+
+        def handler(event, context):
+            return {"reward": reward({"inner": {"value": 0.5}})}
+    """)
+    tasks = [TaskConfig(name="cliff", env_id="CliffWalking-v1", reward=name)]
     assert task_problem(tasks, "local") == ""
-    problem = task_problem(tasks, "serverless")
-    assert problem.startswith("tasks[0] (cliff): reward 'bad_handler': ") and message in problem, problem
+    assert "reward(summary) raised KeyError: 'inner'" in task_problem(tasks, "serverless")
+
+
+def test_a_handler_that_reads_its_context_passes_in_both_modes(user_rewards):
+    """Called with context None, a handler budgeting its time as AWS's do (and as the
+    emulator and LocalRewardClient allow) failed the start with an AttributeError."""
+    name = user_rewards("budgeted", """
+        def reward(summary):
+            return 1.0
+
+        def handler(event, context):
+            left_s = context.get_remaining_time_in_millis() / 1000.0
+            assert 0 < left_s <= 30 and context.function_name == "budgeted", (left_s, context.function_name)
+            return {"reward": reward(event)}
+    """)
+    tasks = [TaskConfig(name="cliff", env_id="CliffWalking-v1", reward=name)]
+    assert task_problem(tasks, "serverless") == ""
+    assert task_problem(tasks, "local") == ""
 
 
 def test_every_shipped_reward_handler_passes_in_serverless_mode():
@@ -191,3 +225,70 @@ def test_every_shipped_reward_handler_passes_in_serverless_mode():
                ("envs.tail_turns:TailTurnsEnv", "env_return"), ("envs.single_turn:SingleTurnPrompt", "code_exec")]
     tasks = [TaskConfig(name=f"t{i}", env_id=e, reward=r) for i, (e, r) in enumerate(shipped)]
     assert task_problem(tasks, "serverless") == ""
+
+
+# -- envs the start check took badly: a bare error, a traceback, a seed ignored in silence
+
+
+class RaisesValueError(ResetRaises):
+    def __init__(self, size: int = 0):
+        raise ValueError(f"size must be positive, got {size}")
+
+
+def test_a_constructor_that_raises_value_error_is_named_with_the_env():
+    """A ValueError of the user's was taken for the registry's own message and shown bare."""
+    problem = task_problem([TaskConfig(name="sim", env_id=f"{__name__}:RaisesValueError")])
+    assert problem == (f"tasks[0] (sim): constructing '{__name__}:RaisesValueError' raised ValueError: "
+                       "size must be positive, got 0")
+
+
+class NoClose:
+    """A text env that is no gym.Env: it has no close, which the run does not need."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Text(64)
+        self.action_space = gym.spaces.Text(64)
+
+    def reset(self, *, seed=None, options=None):
+        return f"seed {seed}", {}
+
+    def step(self, action):
+        return "done", 0.0, True, False, {"invalid_action": True}
+
+
+def test_an_env_without_close_passes():
+    assert task_problem([TaskConfig(name="sim", env_id=f"{__name__}:NoClose")]) == ""
+
+
+class IgnoresSeed(NoClose):
+    resets = 0
+
+    def reset(self, *, seed=None, options=None):
+        IgnoresSeed.resets += 1
+        return f"target {IgnoresSeed.resets}", {}
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    import roll_agentic.rollout.task_check as task_check
+
+    monkeypatch.setattr(task_check, "_WARNED_NONDETERMINISTIC", set())
+
+
+def test_an_env_that_ignores_its_seed_is_warned_about_once(fresh_warnings, capsys):
+    """GRPO groups and evaluation take one seed for one episode; no task key lets an env say it
+    varies on purpose (envs/tail_turns.py does), so a warning, once, not a refusal."""
+    tasks = [TaskConfig(name="sim", env_id=f"{__name__}:IgnoresSeed"),
+             TaskConfig(name="sim2", env_id=f"{__name__}:IgnoresSeed")]
+    assert task_problem(tasks) == "" and task_problem(tasks) == ""
+    err = capsys.readouterr().err
+    assert err.count("warning") == 1 and err.count("\n") == 1, err
+    assert (f"warning: task 'sim': env_id '{__name__}:IgnoresSeed': reset(seed=0) twice gave different "
+            "observations") in err
+    assert "reset(seed=...) must be deterministic" in err and "self.np_random" in err
+
+
+def test_a_seeded_env_is_not_warned_about(fresh_warnings, capsys):
+    tasks = [TaskConfig(name="sim", env_id=f"{__name__}:NoClose"), TaskConfig(name="cliff", env_id="CliffWalking-v1")]
+    assert task_problem(tasks) == ""
+    assert "warning" not in capsys.readouterr().err
