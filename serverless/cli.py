@@ -171,7 +171,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         account_concurrency=args.account_concurrency, keep_alive_s=args.keep_alive,
         event_retry_delay_s=args.event_retry_delay, credentials=creds, allow_remote=args.allow_remote,
         parent_pid=args.parent_pid, max_event_backlog=args.max_event_backlog,
-        max_event_backlog_mb=args.max_event_backlog_mb, transition_s=args.state_transition_delay,
+        max_event_backlog_mb=args.max_event_backlog_mb, transition_s=args.state_transition_delay, max_event_age_s=args.max_event_age,
     ))
     return 0
 
@@ -339,6 +339,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "retries (default: %(default)s)")
     p.add_argument("--max-event-backlog-mb", type=positive, default=256.0,
                    help="MB of Event payloads queued or running at most (default: %(default)s)")
+    p.add_argument("--max-event-age", type=positive, default=6 * 3600.0, help="seconds a throttled Event keeps trying before it is dropped (default: %(default)s, AWS's 6 h)")
     p.add_argument("--state-transition-delay", type=non_negative, default=0.3,
                    help="seconds a new function stays Pending and an update InProgress at least; what arrives "
                         "meanwhile gets AWS's 409 ResourceConflictException; wait with the boto3 waiters (default: %(default)s)")

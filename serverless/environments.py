@@ -4,8 +4,8 @@ An environment goes starting -> ready <-> running -> stopped. A ready one is
 reused for the next invocation of the same code version (a warm start); a
 new one pays the process start and the handler's import (a cold start). The
 pool evicts environments idle for longer than the keep-alive, replaces one
-whose invocation timed out (its process group is killed: the worker and
-whatever it started), and drops those started with older code or an older
+whose invocation timed out (its process tree is killed: the worker and
+whatever it started, see proctree.py), and drops those started with older code or an older
 configuration when the function changes.
 """
 
@@ -15,18 +15,32 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import struct
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from serverless import proctree
 from serverless.functions import FunctionRecord
 
 _HEADER = struct.Struct(">I")
 PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
 INIT_LIMIT_S = 10.0  # Lambda's limit on the init phase, on top of the function timeout
+MIN_HANDLER_S = 0.1  # what a handler gets at least after an init that used up its allowance
+
+
+def handler_timeout_s(timeout_s: float, init_ms: float | None) -> float:
+    """How long the handler may run: its Timeout, less what a cold start's init (`init_ms`;
+    None when warm) took beyond INIT_LIMIT_S.
+
+    An init past its own limit runs on the function's time: AWS caps a cold invocation
+    at about Timeout + 10 s in all. Giving the handler a full Timeout after a slow init
+    made it up to 2 x Timeout + 10 s, past the client's read timeout (Timeout + 15 s),
+    which then retried an invocation still running.
+    """
+    over = 0.0 if init_ms is None else max(0.0, init_ms / 1000.0 - INIT_LIMIT_S)
+    return max(MIN_HANDLER_S, timeout_s - over)
 
 
 class InitError(Exception):
@@ -42,6 +56,10 @@ class WorkerDied(Exception):
     """The worker process exited in the middle of an invocation."""
 
 
+class ProtocolError(Exception):
+    """The worker's reply was not a frame of the protocol (worker.py): the environment is stopped."""
+
+
 @dataclass(eq=False)  # identity semantics: environments live in sets
 class Environment:
     function: str
@@ -54,12 +72,13 @@ class Environment:
     invocations: int = 0
 
     async def invoke(self, msg: dict, timeout_s: float) -> dict:
-        """Sends one invocation and waits for its reply; raises TimeoutError or WorkerDied."""
+        """Sends one invocation and waits for its reply; raises TimeoutError, WorkerDied or
+        ProtocolError, and stops the environment on any of them."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.state = "running"
         data = json.dumps(msg).encode()
-        self.proc.stdin.write(_HEADER.pack(len(data)) + data)
         try:
+            self.proc.stdin.write(_HEADER.pack(len(data)) + data)
             reply = await asyncio.wait_for(self._read(), timeout_s)
         except (asyncio.IncompleteReadError, ConnectionError, BrokenPipeError) as e:
             self.kill()
@@ -67,6 +86,15 @@ class Environment:
         except (TimeoutError, asyncio.CancelledError):
             self.kill()  # its reply would arrive for the next request: this worker is done
             raise
+        except ValueError as e:  # a frame that is not JSON: what follows it is out of step too
+            self.kill()
+            raise ProtocolError(f"the execution environment sent a malformed reply ({type(e).__name__}: {e})") from e
+        except BaseException:
+            self.kill()  # anything else unforeseen: never hand this worker another request
+            raise
+        if not isinstance(reply, dict):
+            self.kill()
+            raise ProtocolError(f"the execution environment sent a reply that is not an object: {type(reply).__name__}")
         self.invocations += 1
         self.state = "ready"
         self.last_used = time.monotonic()
@@ -80,16 +108,12 @@ class Environment:
     def kill(self) -> None:
         """Stops the worker and every process it started (Lambda tears down the whole sandbox).
 
-        The worker leads its own session, so its group is everything the
-        handler spawned: killing the worker alone left a timed-out handler's
-        children running, re-parented to init.
+        Its process group was not enough: a process the handler started in a
+        session of its own survived, re-parented to init. The worker is a child
+        subreaper (worker.py), so its whole tree is found under it and killed.
         """
         self.state = "stopped"
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()
+        proctree.kill_tree(self.proc.pid, reaped=self.proc.returncode is not None)
 
     @property
     def alive(self) -> bool:
@@ -211,7 +235,20 @@ class EnvironmentPool:
             )
         env = Environment(function=name, tag=tag, code_tag=code_tag, proc=proc)
         try:
+            return await self._initialised(env, timeout_s, memory_mb, t0)
+        except BaseException:
+            # Cancelled part-way (Invoker.close() cancels an Event's cold start) or failed in
+            # any other way: the worker is no environment of the pool's, so nothing else stops it.
+            env.kill()
+            raise
+
+    async def _initialised(self, env: Environment, timeout_s: int, memory_mb: int, t0: float) -> Environment:
+        """Waits for the worker's ready frame; raises InitError (the worker stopped) if init failed."""
+        proc = env.proc
+        try:
             ready = await asyncio.wait_for(env._read(), INIT_LIMIT_S + timeout_s)
+            if not isinstance(ready, dict):
+                raise ValueError(f"a ready frame that is not an object: {type(ready).__name__}")
         except (asyncio.IncompleteReadError, TimeoutError, ValueError) as e:
             env.kill()
             await proc.wait()

@@ -5,9 +5,13 @@ a dict lookup for the lease, a pop from the ready stack, one pipe round trip
 to the worker and a formatted REPORT line. Event invocations are queued and
 run in the background; a failing one is retried up to twice more (AWS waits
 1 and 2 minutes; the emulator waits `event_retry_delay_s` and twice that)
-and a throttled one waits and tries again without using up an attempt, up to
-`EVENT_MAX_THROTTLE_WAITS` times: then it is dropped, with an `EVENT ... dropped`
-line in the function's log and its `async_events_dropped` meter counted.
+and a throttled one waits and tries again without using up an attempt for as
+long as the event is younger than `max_event_age_s` (AWS's default maximum
+event age, 6 hours): then it is dropped, with an `EVENT ... dropped` line in
+the function's log and its `async_events_dropped` meter counted. At most
+`max_events_in_flight` events run at once; an event holds its slot only for
+an attempt, never while it waits, so one throttled function's backlog does
+not stall the events of all the others.
 The queue is bounded (`max_event_backlog` invocations, `max_event_backlog_mb`
 of payloads): past that an Event is refused with a 429, which boto3 retries,
 instead of the emulator growing until the machine runs out of memory.
@@ -26,14 +30,16 @@ from pathlib import Path
 
 from serverless import errors
 from serverless.concurrency import ConcurrencyLimiter
-from serverless.environments import EnvironmentPool, InitError, WorkerDied
+from serverless.environments import EnvironmentPool, InitError, WorkerDied, handler_timeout_s
 from serverless.functions import FunctionRecord, FunctionStore
+from serverless.logfiles import LOG_MAX_BYTES, FunctionLogs
 from serverless.meters import Meters
 
 LOG_TAIL_BYTES = 4096
 MAX_RESPONSE_BYTES = 6291556  # Lambda's limit on a synchronous response, as its error message states
 EVENT_MAX_ATTEMPTS = 3  # the first try and two retries
-EVENT_MAX_THROTTLE_WAITS = 200
+EVENT_MAX_AGE_S = 6 * 3600.0  # Lambda's default MaximumEventAgeInSeconds
+EVENT_THROTTLE_WAIT_MAX_S = 2.0  # a throttled event tries again at least this often
 EVENT_BACKLOG_REASON = "EventQueueFull"  # the emulator's own Reason: AWS's queue has no limit it states
 
 
@@ -72,6 +78,8 @@ class Invoker:
         max_events_in_flight: int = 64,
         max_event_backlog: int = 10_000,
         max_event_backlog_mb: float = 256.0,
+        max_event_age_s: float = EVENT_MAX_AGE_S,
+        log_max_bytes: int = LOG_MAX_BYTES,
     ) -> None:
         self.store, self.pool, self.limiter, self.meters = store, pool, limiter, meters
         self.log_dir = Path(log_dir)
@@ -81,7 +89,8 @@ class Invoker:
         self.max_event_backlog = max_event_backlog
         self.max_event_backlog_bytes = int(max_event_backlog_mb * 1024 * 1024)
         self._event_bytes = 0  # payload bytes of the Events queued or running
-        self._logs: dict[str, object] = {}
+        self.max_event_age_s = max_event_age_s
+        self.logs = FunctionLogs(self.log_dir, log_max_bytes)
 
     # -- synchronous ----------------------------------------------------------
 
@@ -111,13 +120,15 @@ class Invoker:
             billed = meter.record(0.0, rec.memory_mb, True, e.init_ms, error=True)
             log += f"END RequestId: {rid}\n" + _report(rid, 0.0, billed, rec.memory_mb, 0, e.init_ms)
             return self._finish(rec, rid, _json(error), "Unhandled", log, True)
-        msg = {"id": rid, "payload": payload, "deadline": time.time() + rec.timeout_s, "client_context": client_context}
+        # After a cold start whose init ran past its limit, the handler has what is left of its Timeout.
+        budget_s = handler_timeout_s(float(rec.timeout_s), env.init_ms if cold else None)
+        msg = {"id": rid, "payload": payload, "deadline": time.time() + budget_s, "client_context": client_context}
         error: dict | None = None
         body = b""
         logs = ""
         used_mb = 0
         try:
-            reply = await env.invoke(msg, float(rec.timeout_s))
+            reply = await env.invoke(msg, budget_s)
             duration_ms, used_mb, logs = reply["duration_ms"], reply["max_rss_mb"], reply["logs"]
             if reply.get("fatal"):
                 env.kill()  # the worker exits after a MemoryError; never hand it another request
@@ -134,12 +145,18 @@ class Invoker:
                 error = reply["payload"]
         except TimeoutError:
             meter.timeouts += 1
-            duration_ms = rec.timeout_s * 1000.0
+            duration_ms = budget_s * 1000.0
             logs = f"{time.strftime('%Y-%m-%dT%H:%M:%S.000Z', time.gmtime())} {rid} Task timed out after {rec.timeout_s:.2f} seconds\n"
             error = {"errorType": "Sandbox.Timedout", "errorMessage": f"RequestId: {rid} Error: Task timed out after {rec.timeout_s:.2f} seconds"}
         except WorkerDied as e:
             duration_ms = 0.0
             error = {"errorType": "Runtime.ExitError", "errorMessage": f"RequestId: {rid} Error: Runtime exited with error: {e}"}
+        except Exception as e:  # noqa: BLE001 - a malformed reply (ProtocolError, a missing field)
+            # The environment is out of step with the protocol: stopped, never returned to the pool
+            # (its next reply would answer another request), and the caller told it was the service.
+            env.kill()
+            meter.errors += 1
+            raise errors.service_error(f"RequestId: {rid} the execution environment failed: {type(e).__name__}: {e}") from e
         finally:
             current = self.store.functions.get(rec.name)
             self.pool.release(env, current.environment_tag if current is not None else None)
@@ -157,19 +174,11 @@ class Invoker:
         return self._finish(rec, rid, body, "Unhandled" if error is not None else None, log, cold)
 
     def _finish(self, rec: FunctionRecord, rid: str, body: bytes, ferr: str | None, log: str, cold: bool) -> InvokeResult:
-        f = self._logs.get(rec.name)
-        if f is None:
-            # errors="replace": a lone surrogate printed by the handler failed the write, and
-            # with it the invocation (a 500 ServiceException, which callers retry: it ran again)
-            f = self._logs[rec.name] = open(self.log_dir / f"{rec.name}.log", "a", buffering=1,  # noqa: SIM115
-                                            encoding="utf-8", errors="replace")
-        f.write(log)
+        self.logs.write(rec.name, log)
         return InvokeResult(rid, body, ferr, log, cold)
 
     def forget(self, name: str) -> None:
-        f = self._logs.pop(name, None)
-        if f is not None:
-            f.close()
+        self.logs.forget(name)
 
     # -- asynchronous (InvocationType=Event) ----------------------------------
 
@@ -205,42 +214,51 @@ class Invoker:
         return len(self._event_tasks)
 
     async def _run_event(self, name: str, payload: str, rid: str) -> None:
+        submitted = time.monotonic()
         attempts, waits = 0, 0
-        async with self._event_slots:
-            while attempts < EVENT_MAX_ATTEMPTS:
-                rec = self.store.functions.get(name)
-                if rec is None:
-                    return  # deleted while queued: nothing to run
-                try:
+        while attempts < EVENT_MAX_ATTEMPTS:
+            try:
+                # A slot for the attempt only: held through the waits below, 64 throttled events
+                # of one function stalled every other function's events for minutes.
+                async with self._event_slots:
+                    rec = self.store.functions.get(name)
+                    if rec is None:
+                        return  # deleted while queued: nothing to run
                     if rec.state != "Active":
                         raise RuntimeError(f"the function is {rec.state}: its code could not be unpacked")
                     failed = (await self.invoke(rec, payload, rid)).function_error is not None
-                except errors.LambdaError as e:
+            except Exception as e:  # noqa: BLE001 - an Event has no caller to answer
+                if isinstance(e, errors.LambdaError) and e.status == 429:  # throttled: it never ran
                     waits += 1
-                    if waits > EVENT_MAX_THROTTLE_WAITS:
-                        # Lambda drops such an event too (its AsyncEventsDropped metric); here it
-                        # went without a trace, so a caller's lost reward looked like a hang.
-                        self.meters.of(name).async_events_dropped += 1
-                        self._finish(rec, rid, b"", None,
-                                     f"EVENT RequestId: {rid} dropped: throttled {EVENT_MAX_THROTTLE_WAITS} times "
-                                     f"without a free concurrency slot (last: {e})\n", False)
+                    if not await self._wait_throttled(name, rid, submitted, waits, e):
                         return
-                    await asyncio.sleep(min(2.0, 0.05 * 2 ** min(waits, 6)))
                     continue
-                except Exception as e:  # noqa: BLE001 - an Event has no caller to answer
-                    # It could not run at all (e.g. no code to start after a failed update):
-                    # a failed attempt, logged and retried. The task died unseen before
-                    # ("Task exception was never retrieved") and the event was lost.
-                    self.meters.of(name).errors += 1
-                    self._finish(rec, rid, b"", "Unhandled",
-                                 f"EVENT RequestId: {rid} could not run: {type(e).__name__}: {e}\n", False)
-                    failed = True
-                attempts += 1
-                if not failed:
-                    return
-                if attempts < EVENT_MAX_ATTEMPTS:
-                    self.meters.of(name).event_retries += 1
-                    await asyncio.sleep(self.event_retry_delay_s * attempts)
+                # It could not run at all (e.g. no code to start after a failed update):
+                # a failed attempt, logged and retried. The task died unseen before
+                # ("Task exception was never retrieved") and the event was lost.
+                self.meters.of(name).errors += 1
+                self.logs.write(name, f"EVENT RequestId: {rid} could not run: {type(e).__name__}: {e}\n")
+                failed = True
+            attempts += 1
+            if not failed:
+                return
+            if attempts < EVENT_MAX_ATTEMPTS:
+                self.meters.of(name).event_retries += 1
+                await asyncio.sleep(self.event_retry_delay_s * attempts)
+
+    async def _wait_throttled(self, name: str, rid: str, submitted: float, waits: int, e: Exception) -> bool:
+        """Waits before a throttled event's next try (no slot held); False once the event is
+        older than `max_event_age_s`: then it is dropped, logged and counted."""
+        age_s = time.monotonic() - submitted
+        if age_s >= self.max_event_age_s:
+            # Lambda drops such an event too (its AsyncEventsDropped metric); here it
+            # went without a trace, so a caller's lost reward looked like a hang.
+            self.meters.of(name).async_events_dropped += 1
+            self.logs.write(name, f"EVENT RequestId: {rid} dropped: throttled {waits} times over {age_s:.1f} s, "
+                                  f"past the maximum event age of {self.max_event_age_s:g} s (last: {e})\n")
+            return False
+        await asyncio.sleep(min(EVENT_THROTTLE_WAIT_MAX_S, 0.05 * 2 ** min(waits, 6), self.max_event_age_s - age_s))
+        return True
 
     async def close(self) -> None:
         for task in list(self._event_tasks):
@@ -248,8 +266,7 @@ class Invoker:
         for task in list(self._event_tasks):
             with contextlib.suppress(BaseException):
                 await task
-        for name in list(self._logs):
-            self.forget(name)
+        self.logs.close()
 
 
 def _json(obj: dict) -> bytes:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from serverless.server import ENDPOINT_FILE, Emulator, ServerConfig, is_loopback
+from serverless.access import is_loopback
+from serverless.server import ENDPOINT_FILE, Emulator, ServerConfig
 
 
 def read_endpoint(state_dir: Path) -> dict | None:

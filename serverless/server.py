@@ -5,13 +5,13 @@ the real boto3 client (its waiters, paginators and modelled exceptions)
 works unchanged against `endpoint_url=http://127.0.0.1:PORT`. Every error is
 answered in AWS's shape; an unexpected one becomes a 500 ServiceException
 rather than taking the server down.
+Who may call it is checked first, by access.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import ipaddress
 import json
 import os
 from dataclasses import dataclass, field
@@ -19,12 +19,12 @@ from pathlib import Path
 
 from aiohttp import web
 
-from serverless import errors, sigv4
+from serverless import access, errors, logfiles, sigv4
 from serverless.concurrency import ConcurrencyLimiter
 from serverless.environments import EnvironmentPool
 from serverless.function_params import resolve_name
 from serverless.functions import FunctionRecord, FunctionStore
-from serverless.invoke import Invoker
+from serverless.invoke import EVENT_MAX_AGE_S, Invoker
 from serverless.meters import Meters
 
 SYNC_PAYLOAD_LIMIT = 6 * 1024 * 1024
@@ -46,8 +46,9 @@ class ServerConfig:
     event_retry_delay_s: float = 1.0
     max_event_backlog: int = 10_000  # Event invocations queued or running, at most
     max_event_backlog_mb: float = 256.0  # and their payloads' size
-    credentials: dict[str, sigv4.Credentials] = field(default_factory=dict)  # {} = accept any signature
-    allow_remote: bool = False
+    max_event_age_s: float = EVENT_MAX_AGE_S  # a throttled Event is dropped once this old (AWS: 6 h)
+    credentials: dict[str, sigv4.Credentials] = field(default_factory=dict)  # {} = any key, any signature
+    allow_remote: bool = False  # also: accept any Host header, not only a loopback one
     # > 0: stop once that process is gone. A run that starts the emulator passes
     # its own pid, so a run killed (or crashed) without stopping it leaves none behind.
     parent_pid: int = 0
@@ -57,15 +58,6 @@ class ServerConfig:
     # function_active_v2 / function_updated_v2. Locally an unpack takes milliseconds, so
     # code that skipped the waiter passed here and failed on AWS.
     transition_s: float = 0.3
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _json_response(obj: dict, status: int = 200) -> web.Response:
@@ -102,6 +94,7 @@ class Emulator:
         self.invoker = Invoker(
             self.store, self.pool, self.limiter, self.meters, state / "logs", cfg.event_retry_delay_s,
             max_event_backlog=cfg.max_event_backlog, max_event_backlog_mb=cfg.max_event_backlog_mb,
+            max_event_age_s=cfg.max_event_age_s,
         )
         self.stop_event = asyncio.Event()
         self._activations: dict[str, asyncio.Task] = {}  # creates and code updates: the unpacking
@@ -134,13 +127,13 @@ class Emulator:
     @web.middleware
     async def _middleware(self, request: web.Request, handler) -> web.StreamResponse:
         try:
-            # health is open so that a parent can wait for the port; it reveals nothing else
-            if self.cfg.credentials and request.path != "/_emulator/health":
-                body = await request.read()
-                sigv4.verify(request.method, request.raw_path, {k.lower(): v for k, v in request.headers.items()}, body, self.cfg.credentials)
+            await access.authorize(request, self.cfg.credentials, self.cfg.allow_remote)
             return await handler(request)
         except errors.LambdaError as e:
             return _error_response(e)
+        except web.RequestPayloadError as e:  # e.g. a body that is not the gzip its Content-Encoding says
+            # The caller's fault, and a 400: a 500 (ServiceException) is retried by every client.
+            return _error_response(errors.invalid_content(f"Could not read the request body: {e}"))
         except web.HTTPRequestEntityTooLarge:
             return _error_response(errors.too_large(MAX_REQUEST_BYTES))
         except web.HTTPNotFound:
@@ -315,7 +308,7 @@ class Emulator:
             raise errors.too_large(limit)
         try:
             payload = body.decode()
-            if payload.strip():
+            if payload:  # none is the empty event; whitespace alone is no JSON, here as at the worker
                 json.loads(payload)
         except (UnicodeDecodeError, ValueError, RecursionError) as e:
             raise errors.invalid_content(f"Could not parse request body into json: {e}") from None
@@ -352,16 +345,15 @@ class Emulator:
 
     async def logs(self, request: web.Request) -> web.Response:
         name = resolve_name(request.match_info["name"])  # a name, never a path
-        path = Path(self.cfg.state_dir) / "logs" / f"{name}.log"
-        if name not in self.store.functions and not path.is_file():
+        log_dir = Path(self.cfg.state_dir) / "logs"
+        if name not in self.store.functions and not logfiles.log_path(log_dir, name).is_file():
             raise errors.not_found(name, self.cfg.region)
         lines_arg = request.query.get("lines", "100")
         if not lines_arg.isdigit() or int(lines_arg) < 1:
             raise errors.invalid_parameter(f"lines must be a whole number >= 1, got {lines_arg!r}")
-        lines = int(lines_arg)
-        text = path.read_text(errors="replace") if path.is_file() else ""
-        tail = "\n".join(text.splitlines()[-lines:])
-        return web.Response(text=tail + ("\n" if tail else ""), content_type="text/plain")
+        # Read from the end, off the loop: a long run's log is large, and every request waited on it.
+        text = await asyncio.to_thread(logfiles.tail, log_dir, name, int(lines_arg))
+        return web.Response(text=text, content_type="text/plain")
 
     async def shutdown(self, request: web.Request) -> web.Response:
         self.stop_event.set()

@@ -1,9 +1,13 @@
 """Checks AWS Signature Version 4 on incoming requests, the way Lambda would.
 
-Only active when the emulator is given credentials: then a request signed
-with an unknown access key is answered 403 UnrecognizedClientException and a
-request whose signature does not verify 403 InvalidSignatureException, both
-in AWS's error shape. The canonical request is rebuilt exactly as botocore's
+With credentials given to the emulator, a request signed with an unknown
+access key is answered 403 UnrecognizedClientException and a request whose
+signature does not verify 403 InvalidSignatureException, both in AWS's error
+shape. Without them (`check_form`) any key and signature are accepted, but a
+request must still carry a well-formed SigV4 Authorization header and
+X-Amz-Date, as every SDK sends them: a web page cannot (a browser sends a
+custom Authorization header only after a CORS preflight, which the server
+refuses), so it cannot drive the emulator from a developer's browser. The canonical request is rebuilt exactly as botocore's
 `SigV4Auth` builds it (the path quoted once more, query pairs sorted, the
 headers named in SignedHeaders trimmed and lower-cased, the body's SHA-256).
 """
@@ -60,6 +64,31 @@ def _canonical_query(query: str) -> str:
     return "&".join(f"{k}={v}" for k, v in sorted(pairs))
 
 
+def _parsed(headers: dict[str, str]) -> tuple[re.Match[str], str, int]:
+    """The Authorization header's parts, the X-Amz-Date and its epoch seconds; a 403
+    LambdaError if either header is missing or malformed."""
+    auth = headers.get("authorization", "")
+    m = AUTH_RE.match(auth.strip())
+    if not m:
+        raise errors.access_denied(
+            "MissingAuthenticationTokenException" if not auth else "IncompleteSignatureException",
+            "Missing Authentication Token" if not auth
+            else "Authorization header requires AWS4-HMAC-SHA256 Credential, SignedHeaders and Signature.",
+        )
+    stamp = headers.get("x-amz-date", "")
+    try:
+        t = timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ"))
+    except ValueError:
+        raise errors.access_denied("IncompleteSignatureException", "X-Amz-Date is missing or malformed.") from None
+    return m, stamp, t
+
+
+def check_form(headers: dict[str, str]) -> None:
+    """Raises a 403 LambdaError unless the request carries a well-formed SigV4 Authorization
+    header and X-Amz-Date (any key, any signature): what an emulator without credentials asks."""
+    _parsed(headers)
+
+
 def verify(
     method: str,
     raw_path_qs: str,
@@ -73,25 +102,13 @@ def verify(
     `headers` must map lower-cased names to values; `raw_path_qs` is the path and
     query string exactly as they arrived (still percent-encoded).
     """
-    auth = headers.get("authorization", "")
-    m = AUTH_RE.match(auth.strip())
-    if not m:
-        raise errors.access_denied(
-            "MissingAuthenticationTokenException" if not auth else "IncompleteSignatureException",
-            "Missing Authentication Token" if not auth
-            else "Authorization header requires AWS4-HMAC-SHA256 Credential, SignedHeaders and Signature.",
-        )
+    m, stamp, t = _parsed(headers)
     access_key, day, region, service, signed, signature = m.groups()
     cred = known.get(access_key)
     if cred is None:
         raise errors.access_denied(
             "UnrecognizedClientException", "The security token included in the request is invalid."
         )
-    stamp = headers.get("x-amz-date", "")
-    try:
-        t = timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ"))
-    except ValueError:
-        raise errors.access_denied("IncompleteSignatureException", "X-Amz-Date is missing or malformed.") from None
     if abs((now if now is not None else time.time()) - t) > MAX_SKEW_S:
         raise errors.access_denied("InvalidSignatureException", f"Signature expired: {stamp} is now earlier or later than 15 minutes from the current time.")
     path, _, query = raw_path_qs.partition("?")

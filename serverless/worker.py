@@ -204,7 +204,7 @@ def _invoke(handler, msg: dict) -> dict:
     finally:
         sys.stdout, sys.stderr = real_out, real_err
     out["duration_ms"] = (time.perf_counter() - t0) * 1000.0
-    out["max_rss_mb"] = _peak_resident_mb()
+    out["max_rss_mb"] = _memory_used_mb()
     out["logs"] = captured.getvalue()[-8192:]
     out["fatal"] = fatal
     return out
@@ -234,8 +234,37 @@ def _peak_resident_mb() -> int:
     return _status_kb("VmHWM:") // 1024
 
 
+def _children_peak_mb() -> int:
+    """The largest resident peak among the processes this worker started and waited for."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024  # kB on Linux
+
+
+def _memory_used_mb() -> int:
+    """Lambda's "Max Memory Used" as far as a process can tell: the worker's own peak, plus
+    what its children used, since on Lambda the whole sandbox counts against MemorySize
+    (code_exec's test processes included); before, a child could use any amount.
+
+    A child's ru_maxrss starts at the worker's resident size when it forked (Linux keeps
+    the pre-exec peak across exec), so a child peak no larger than the worker's own cannot
+    be told apart from that inheritance and is left out rather than counted twice. Not
+    caught: a child still running (or never waited for, e.g. an orphan re-parented to this
+    subreaper), several children's use at the same moment (RUSAGE_CHILDREN holds the
+    largest single one, not a sum), and a child below the worker's own peak. A lower
+    bound, then, of the cgroup peak AWS measures.
+    """
+    own, children = _peak_resident_mb(), _children_peak_mb()
+    return own + children if children > own else own
+
+
 def main() -> int:
     t_start = time.perf_counter()
+    # Orphans of the handler's processes (one started in a session of its own, whose parent
+    # exited) are re-parented to this worker instead of init, so the emulator finds and kills
+    # them with the environment (proctree.py). Imported here, before the function's code
+    # replaces the emulator's modules on sys.path; a no-op off Linux.
+    from serverless.proctree import become_subreaper
+
+    become_subreaper()
     memory_mb = int(os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128"))
     proto_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray writes to fd 1 (a child process, a C library) land in the log
@@ -259,7 +288,7 @@ def main() -> int:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     write_frame(proto_out, {
         "type": "ready", "init_ms": (time.perf_counter() - t_start) * 1000.0, "error": init_error,
-        "max_rss_mb": _peak_resident_mb(),
+        "max_rss_mb": _memory_used_mb(),
     })
     if init_error is not None:
         return 1

@@ -1,9 +1,14 @@
 """Rewards computed by Lambda functions (AWS or the local emulator) through boto3.
 
 boto3 is told not to retry (`total_max_attempts=1`): this client retries
-itself, with exponential backoff and jitter, on what is worth retrying (429
-throttles, 5xx, transport timeouts and function timeouts) up to
-`max_retries`, and counts throttles and retries for the trainer's metrics.
+itself, with exponential backoff and jitter, on what is worth retrying (5xx,
+transport timeouts and function timeouts) up to `max_retries`, and counts
+throttles and retries for the trainer's metrics. A throttle (429) has a
+budget and a backoff of its own (`max_throttle_retries`, by default three
+times `max_retries`; from 0.5 s doubling to 20 s, never sooner than the
+service's Retry-After): a throttled call never ran, and a burst against a
+busy account needs seconds to clear, where the general backoff (0.75 s in
+all) gave up on it while the function had capacity again moments later.
 boto3 is synchronous, so calls run in a thread pool as wide as the
 concurrency bound. The Tail log's REPORT line gives the billed duration, the
 memory size (for GB-seconds) and, on a cold start, `Init Duration`.
@@ -14,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 import random
 import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from botocore.exceptions import (
@@ -53,6 +60,31 @@ READ_TIMEOUT_SLACK_S = 5.0
 _BILLED = re.compile(r"Billed Duration: ([\d.]+) ms")
 _MEMORY = re.compile(r"Memory Size: (\d+) MB")
 _INIT = re.compile(r"Init Duration: ([\d.]+) ms")
+# AWS has answered a timeout both as errorType Sandbox.Timedout and with only an errorMessage
+# "<date> <request id> Task timed out after 3.00 seconds" (no errorType).
+_TIMED_OUT = re.compile(r"Task timed out after [\d.]+ seconds")
+
+
+def is_function_timeout(error_type: str, error_message: str) -> bool:
+    """Whether a function error is Lambda's timeout, in either of the forms it takes."""
+    return error_type == "Sandbox.Timedout" or bool(_TIMED_OUT.search(error_message or ""))
+
+
+def retry_after_s(response: dict) -> float | None:
+    """The service's Retry-After (seconds or an HTTP date) from a ClientError's response, else None."""
+    raw = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("retry-after")
+    if raw is None:
+        raw = response.get("retryAfterSeconds")  # the modelled member botocore parses it into
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        try:
+            value = parsedate_to_datetime(str(raw)).timestamp() - time.time()
+        except (TypeError, ValueError, OverflowError):
+            return None
+    return max(0.0, value) if math.isfinite(value) else None
 
 
 def read_timeout_s(function_timeout_s: float) -> float:
@@ -83,8 +115,11 @@ def parse_report(log_b64: str | None) -> Report:
 
 @dataclass
 class _Attempts:
-    retries: int = 0
+    retries: int = 0  # all of them, throttles' included (the trainer's metric)
+    throttle_retries: int = 0  # those after a throttle, counted against max_throttle_retries
     throttles: int = 0
+    throttled: bool = False  # the last attempt was throttled
+    retry_after_s: float | None = None  # and the service said when to come back
     cold: bool = False
     billed_ms: float = 0.0
     gb_s: float = 0.0
@@ -106,10 +141,15 @@ class ServerlessRewardClient:
         backoff_base_s: float = 0.05,
         backoff_max_s: float = 2.0,
         client: Any = None,
+        max_throttle_retries: int | None = None,  # None: 3 x max_retries (0 stays "never retry")
+        throttle_backoff_base_s: float = 0.5,
+        throttle_backoff_max_s: float = 20.0,
     ) -> None:
         self.prefix = function_prefix
         self.max_retries = max_retries
         self.backoff_base_s, self.backoff_max_s = backoff_base_s, backoff_max_s
+        self.max_throttle_retries = 3 * max_retries if max_throttle_retries is None else max_throttle_retries
+        self.throttle_backoff_base_s, self.throttle_backoff_max_s = throttle_backoff_base_s, throttle_backoff_max_s
         self._endpoint_url, self._region, self._max_concurrency = endpoint_url, region, max_concurrency
         self._default_timeout_s = timeout_s
         self._fixed_client = client
@@ -182,19 +222,37 @@ class ServerlessRewardClient:
                 if value is not None:
                     return RewardOutcome(value, True, time.monotonic() - t0, a.retries, a.cold, a.throttles, a.billed_ms, a.gb_s)
                 a.errors.append(error)
-                if not retryable or a.retries >= self.max_retries:
+                if a.throttled:
+                    budget_left = a.throttle_retries < self.max_throttle_retries
+                else:
+                    budget_left = a.retries - a.throttle_retries < self.max_retries
+                if not retryable or not budget_left:
                     if retryable:
                         error = f"gave up after {a.retries + 1} attempts; last: {error}"
                     return RewardOutcome(None, False, time.monotonic() - t0, a.retries, a.cold, a.throttles, a.billed_ms,
                                          a.gb_s, f"{name}: {error}", deterministic=a.deterministic and not retryable)
                 a.retries += 1
-                delay = min(self.backoff_max_s, self.backoff_base_s * 2 ** (a.retries - 1))
-                await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # jitter spreads a throttled burst
+                if a.throttled:
+                    a.throttle_retries += 1
+                    await asyncio.sleep(self.throttle_delay_s(a.throttle_retries, a.retry_after_s))
+                else:
+                    delay = min(self.backoff_max_s, self.backoff_base_s * 2 ** (a.retries - a.throttle_retries - 1))
+                    await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # jitter spreads a burst of retries
+
+    def throttle_delay_s(self, n: int, retry_after: float | None) -> float:
+        """The wait before the `n`-th retry after a throttle: exponential with jitter, and
+        not before the service's Retry-After (a little after it, so that a burst throttled
+        together does not come back at the same instant); at most throttle_backoff_max_s."""
+        cap = self.throttle_backoff_max_s
+        delay = min(cap, self.throttle_backoff_base_s * 2 ** (n - 1)) * random.uniform(0.5, 1.0)
+        if retry_after is not None:
+            delay = max(delay, retry_after * random.uniform(1.0, 1.2))
+        return min(cap, delay)
 
     async def _attempt(self, loop, name: str, payload: bytes, a: _Attempts) -> tuple[float | None, str, bool]:
         """One Invoke; returns (value, error, retryable). `a.deterministic` says whether
         a failure was the function's own (failures.py)."""
-        a.deterministic = False
+        a.deterministic, a.throttled, a.retry_after_s = False, False, None
         try:
             resp, body = await loop.run_in_executor(self._pool, self._invoke_once, name, payload)
         except ClientError as e:
@@ -203,6 +261,7 @@ class ServerlessRewardClient:
             status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
             if code == "TooManyRequestsException" or status == 429:
                 a.throttles += 1
+                a.throttled, a.retry_after_s = True, retry_after_s(e.response)
                 reason = e.response.get("Reason", "") or e.response.get("Error", {}).get("Reason", "")
                 return None, f"throttled (429 {reason or code})", True
             return None, f"{code}: {msg}", status >= 500
@@ -225,7 +284,7 @@ class ServerlessRewardClient:
             # call, a ConnectionError (a service it calls is down) or the runtime's exit may pass.
             a.deterministic = deterministic_type_name(etype)
             # A function timeout may be a cold start or a busy host: worth another try.
-            return None, f"function error ({resp['FunctionError']}) {etype}: {emsg}", etype == "Sandbox.Timedout"
+            return None, f"function error ({resp['FunctionError']}) {etype}: {emsg}", is_function_timeout(etype, str(emsg))
         value, err = parse_reward(result)
         a.deterministic = bool(err)
         return value, err, False

@@ -23,6 +23,7 @@ from roll_agentic.hydra_config import load_config
 from roll_agentic.reward.lambda_client import ServerlessRewardClient
 from roll_agentic.reward.service import LocalServerless
 from serverless.deploy import lambda_client
+from tests.serverless.conftest import sdk_headers
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 
@@ -129,7 +130,9 @@ BODIES = st.one_of(st.binary(max_size=300), st.sampled_from([b"", b"{}", b"null"
 def test_fuzzed_lambda_requests_get_an_answer_in_aws_shape(emulator, method, path, body, headers):
     if method == "DELETE" and path.startswith("/2015-03-31/functions/roll-agentic-"):
         path = "/2015-03-31/functions/nosuch"  # keep the deployed functions for the other examples
-    status, data, resp_headers = _request(emulator, method, path, body, headers)
+    # Signed as an SDK signs (any key: the emulator has none set), so the fuzz reaches the
+    # routes' own checks; fuzzed Authorization and X-Amz-Date values replace those.
+    status, data, resp_headers = _request(emulator, method, path, body, sdk_headers() | headers)
     assert 200 <= status < 600
     if status >= 400:
         err = json.loads(data)  # a JSON error body naming what was wrong, never a stack trace page
@@ -141,5 +144,5 @@ def test_the_emulator_still_serves_after_the_fuzz(emulator):
     status, data, _ = _request(emulator, "GET", "/_emulator/health", b"", {})
     assert status == 200 and json.loads(data)["ok"]
     status, data, _ = _request(emulator, "POST", "/2015-03-31/functions/roll-agentic-ok/invocations",
-                               b'{"env_return": 1}', {})
+                               b'{"env_return": 1}', sdk_headers())
     assert status == 200 and json.loads(data) == {"reward": 0.25}

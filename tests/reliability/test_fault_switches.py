@@ -91,7 +91,8 @@ class _NoCallClient:
 def test_serverless_faults_throttles_are_retried_and_others_fail_with_a_reason():
     async def score(spec):
         faults.reset(spec, seed=3)
-        client = ServerlessRewardClient(None, client=_NoCallClient(), max_retries=3, backoff_base_s=0.001)
+        client = ServerlessRewardClient(None, client=_NoCallClient(), max_retries=3, backoff_base_s=0.001,
+                                        max_throttle_retries=3, throttle_backoff_base_s=0.001)
         client._invoke = lambda name, payload: ({}, b'{"reward": 0.5}')  # the service itself, stubbed
         client._invoke_once = faults.invoke_fn(client._invoke)
         try:

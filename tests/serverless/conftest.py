@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import contextlib
 import io
 import textwrap
+import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -77,6 +81,16 @@ def shared_endpoint(tmp_path_factory) -> Iterator[str]:
     svc.stop()
 
 
+def sdk_headers() -> dict[str, str]:
+    """What every SDK request carries and an emulator without credentials still asks for: a
+    well-formed SigV4 Authorization header (any key, any signature) and X-Amz-Date."""
+    return {
+        "Authorization": "AWS4-HMAC-SHA256 Credential=test/20240101/us-east-1/lambda/aws4_request, "
+                         "SignedHeaders=host;x-amz-date, Signature=" + "0" * 64,
+        "X-Amz-Date": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
+    }
+
+
 def client_for(endpoint: str, **kw):
     return lambda_client(endpoint, **kw)
 
@@ -86,3 +100,30 @@ def create(client, name: str, zip_bytes: bytes, handler: str = "echo.handler", *
                            Handler=handler, Code={"ZipFile": zip_bytes}, **kw)
     client.get_waiter("function_active_v2").wait(FunctionName=name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100})
     return client.get_function_configuration(FunctionName=name)
+
+
+@contextlib.asynccontextmanager
+async def in_process(state_dir: Path, **cfg) -> AsyncIterator:
+    """An emulator in this process (its internals reachable, as `http.emulator`) behind an
+    aiohttp test client on 127.0.0.1 that sends what an SDK sends; closed at the end."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from serverless.server import Emulator, ServerConfig
+
+    emulator = Emulator(ServerConfig(state_dir=state_dir, **{"transition_s": 0.01, **cfg}))
+    async with TestClient(TestServer(emulator.app(), host="127.0.0.1"), headers=sdk_headers()) as http:
+        http.emulator = emulator  # type: ignore[attr-defined]
+        try:
+            yield http
+        finally:
+            await emulator.close()
+
+
+async def create_in_process(http, name: str, zip_bytes: bytes, handler: str, **kw) -> None:
+    """CreateFunction through `http` (from `in_process`), then waits until it is Active."""
+    body = {"FunctionName": name, "Handler": handler, "Runtime": "python3.11",
+            "Code": {"ZipFile": base64.b64encode(zip_bytes).decode()}, **kw}
+    resp = await http.post("/2015-03-31/functions", json=body)
+    assert resp.status == 201, await resp.text()
+    while (await (await http.get(f"/2015-03-31/functions/{name}/configuration")).json())["State"] != "Active":
+        await asyncio.sleep(0.02)

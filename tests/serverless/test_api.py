@@ -8,7 +8,7 @@ import json
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.serverless.conftest import client_for, create, make_zip
+from tests.serverless.conftest import client_for, create, make_zip, sdk_headers
 
 
 def test_create_get_update_delete_with_waiters(shared_endpoint, echo_zip):
@@ -162,8 +162,9 @@ def test_unknown_route_is_an_aws_error(shared_endpoint):
     import urllib.error
     import urllib.request
 
+    req = urllib.request.Request(shared_endpoint + "/2015-03-31/nothing-here", headers=sdk_headers())
     with pytest.raises(urllib.error.HTTPError) as e:
-        urllib.request.urlopen(shared_endpoint + "/2015-03-31/nothing-here", timeout=5)
+        urllib.request.urlopen(req, timeout=5)
     assert e.value.code == 404 and e.value.headers["x-amzn-ErrorType"] == "UnknownOperationException"
 
 
@@ -177,11 +178,11 @@ def test_client_error_shape(shared_endpoint):
 
 
 def _raw(endpoint: str, method: str, path: str, body: bytes = b"") -> tuple[int, str]:
-    """One unsigned request (the emulator here checks no signatures): status and error type."""
+    """One request with an unchecked signature (the emulator here has no credentials): status and error type."""
     import urllib.error
     import urllib.request
 
-    req = urllib.request.Request(endpoint + path, data=body or None, method=method)
+    req = urllib.request.Request(endpoint + path, data=body or None, method=method, headers=sdk_headers())
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, ""

@@ -13,7 +13,7 @@ import json
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.serverless.conftest import client_for, create, make_zip
+from tests.serverless.conftest import client_for, create, make_zip, sdk_headers
 
 ROLE = "arn:aws:iam::000000000000:role/test"
 APP = '''
@@ -137,7 +137,7 @@ def test_create_without_a_runtime_is_refused_not_python311(shared_endpoint, echo
 
     body = json.dumps({"FunctionName": "fid-no-runtime", "Role": ROLE, "Handler": "echo.handler",
                        "Code": {"ZipFile": base64.b64encode(echo_zip).decode()}}).encode()
-    req = urllib.request.Request(shared_endpoint + "/2015-03-31/functions", data=body, method="POST")
+    req = urllib.request.Request(shared_endpoint + "/2015-03-31/functions", data=body, method="POST", headers=sdk_headers())
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=10)
     assert e.value.code == 400 and e.value.headers["x-amzn-ErrorType"] == "InvalidParameterValueException"

@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 
 from serverless.cli import emulator_call
 from serverless.meters import PRICE_PER_GB_S, PRICE_PER_REQUEST
-from tests.serverless.conftest import client_for, create
+from tests.serverless.conftest import client_for, create, sdk_headers
 
 
 def _in_background(fn):
@@ -212,7 +212,7 @@ def test_a_function_deleted_while_its_code_unpacks_stays_deleted(tmp_path, echo_
             unpack(rec, data)
 
         emulator.store._unpack = held_unpack
-        async with TestClient(TestServer(emulator.app(), host="127.0.0.1")) as http:
+        async with TestClient(TestServer(emulator.app(), host="127.0.0.1"), headers=sdk_headers()) as http:
             body = {"FunctionName": "deleted-early", "Handler": "echo.handler", "Runtime": "python3.11",
                     "Code": {"ZipFile": base64.b64encode(echo_zip).decode()}}
             assert (await http.post("/2015-03-31/functions", json=body)).status == 201
