@@ -135,7 +135,10 @@ class TrajectoryBuffer:
         self.max_failed_in_a_row = max(16, 4 * groups_per_step)
         # ... and for this long: a restarting engine or emulator is not broken
         self.max_failing_s = float(max_failing_s)
-        self._last_success = time.monotonic()
+        # When the current run of failed groups began: the window counts failing time only
+        # (from the last success it also counted training, weight syncs and start-up, so the
+        # first failures after a step longer than the window stopped a run at once).
+        self._failing_since = time.monotonic()
         # Failed groups in a row whose every episode failed deterministically (the user's code:
         # a re-roll meets it again): at max_failed_in_a_row the run stops without the wait.
         self._deterministic_in_a_row = 0
@@ -283,6 +286,8 @@ class TrajectoryBuffer:
     def _group_failed(self, members: list[Trajectory] = ()) -> None:
         """A group that came back without two good episodes. `members`: what came back of it."""
         self.counters.groups_dropped_failed += 1
+        if self._failed_in_a_row == 0:
+            self._failing_since = time.monotonic()
         self._failed_in_a_row += 1
         # Deterministic only if every episode of it failed so: one that succeeded, or one that
         # failed for a cause that may pass, says the system can still work (the window decides).
@@ -296,14 +301,13 @@ class TrajectoryBuffer:
         self.counters.groups_completed += 1
         self._failed_in_a_row = 0
         self._deterministic_in_a_row = 0
-        self._last_success = time.monotonic()
 
     def failing(self) -> dict:
         """How close the run is to being stopped for its failures (`_raise_if_failing`)."""
         return {"failed_in_a_row": self._failed_in_a_row,
                 "deterministic_in_a_row": self._deterministic_in_a_row,
                 "max_failed_in_a_row": self.max_failed_in_a_row,
-                "failing_for_s": time.monotonic() - self._last_success if self._failed_in_a_row else 0.0,
+                "failing_for_s": time.monotonic() - self._failing_since if self._failed_in_a_row else 0.0,
                 "max_failing_s": self.max_failing_s}
 
     def _raise_if_failing(self) -> None:
@@ -311,11 +315,11 @@ class TrajectoryBuffer:
         the same way, else after long enough that nothing is merely restarting."""
         if self._deterministic_in_a_row >= self.max_failed_in_a_row:
             raise RolloutFailing(self._deterministic_message())
-        failing_s = time.monotonic() - self._last_success
+        failing_s = time.monotonic() - self._failing_since
         if self._failed_in_a_row >= self.max_failed_in_a_row and failing_s > self.max_failing_s:
             raise RolloutFailing(
-                f"{self._failed_in_a_row} groups in a row failed (every episode in them lost) and none "
-                f"succeeded for {failing_s:.0f} s (rollout.max_failing_s = {self.max_failing_s:g}); "
+                f"{self._failed_in_a_row} groups in a row failed (every episode in them lost), "
+                f"failing for {failing_s:.0f} s (rollout.max_failing_s = {self.max_failing_s:g}); "
                 f"failed trajectories by cause: {_by_status(self.failures)}; last error: {self.last_error}")
 
     def _deterministic_message(self) -> str:

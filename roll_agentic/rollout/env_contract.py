@@ -26,12 +26,26 @@ def _short(value: Any) -> str:
     return f"{type(value).__name__} {value!r:.80}"
 
 
+FLAG_TYPES = (bool, int, np.bool_, np.integer)  # numpy bools and ints, as many gymnasium envs return
+
+
+def _check_text(obs: Any, where: str) -> None:
+    if not isinstance(obs, str):
+        raise EnvContractError(f"{where}: observation must be str, got {_short(obs)}")
+    try:
+        obs.encode("utf-8")
+    except UnicodeEncodeError as err:
+        # A lone surrogate (json.loads of half an emoji pair, surrogateescape-decoded tool
+        # output): the tokenizer raised outside the env call, taken for an engine failure.
+        raise EnvContractError(f"{where}: observation is not valid UTF-8 text ({err.reason} at character "
+                               f"{err.start}: {obs[max(0, err.start - 20):err.start + 20]!r})") from None
+
+
 def check_reset(out: Any) -> tuple[str, dict]:
     if not isinstance(out, tuple) or len(out) != 2:
         raise EnvContractError(f"reset must return (observation: str, info: dict), got {_short(out)}")
     obs, info = out
-    if not isinstance(obs, str):
-        raise EnvContractError(f"reset: observation must be str, got {_short(obs)}")
+    _check_text(obs, "reset")
     if not isinstance(info, dict):
         raise EnvContractError(f"reset: info must be dict, got {_short(info)}")
     return out
@@ -42,23 +56,20 @@ def check_step(out: Any) -> tuple[str, float, bool, bool, dict]:
         raise EnvContractError("step must return (observation, reward, terminated, truncated, info), "
                                f"got {_short(out)}")
     obs, reward, terminated, truncated, info = out
-    if not isinstance(obs, str):
-        raise EnvContractError(f"step: observation must be str, got {_short(obs)}")
+    _check_text(obs, "step")
     if isinstance(reward, bool) or not isinstance(reward, Real) or not math.isfinite(float(reward)):
         raise EnvContractError(f"step: reward must be a finite number, got {_short(reward)}")
     for name, flag in (("terminated", terminated), ("truncated", truncated)):
-        if not isinstance(flag, bool | int | np.bool_):  # numpy bools, as many gymnasium envs return
+        if not isinstance(flag, FLAG_TYPES):
             raise EnvContractError(f"step: {name} must be a bool, got {_short(flag)}")
     if not isinstance(info, dict):
         raise EnvContractError(f"step: info must be dict, got {_short(info)}")
     # The worker reads these as flags: one without a truth value (a numpy array of several
-    # values) raised in the worker, outside the env call, and was taken for an engine failure.
+    # values) raised in the worker, outside the env call, and was taken for an engine failure;
+    # a string one ("False") was read as True.
     for key in ("invalid_action", "success"):
-        if key in info:
-            try:
-                bool(info[key])
-            except Exception:  # noqa: BLE001 - whatever its __bool__ raises, it is no flag
-                raise EnvContractError(f"step: info[{key!r}] must be a bool, got {_short(info[key])}") from None
+        if key in info and not isinstance(info[key], FLAG_TYPES):
+            raise EnvContractError(f"step: info[{key!r}] must be a bool, got {_short(info[key])}")
     return out
 
 

@@ -70,6 +70,9 @@ class TailBatchingBuffer(TrajectoryBuffer):
         self._round_prompts: list[tuple[str, int]] = []
         self._round_fill: list[tuple[str, int]] = []
         self._round_groups: set[str] = set()
+        # Prompts the running short round took from `_requeued` (a resume's, a long round's
+        # spare fill): unlike fresh ones they were drawn before, and nothing draws them again.
+        self._round_carried: set[tuple[str, int]] = set()
         self._round_done = 0
         self._closed: dict[int, asyncio.Event] = {}
         self._done_groups: set[str] = set()
@@ -90,6 +93,7 @@ class TailBatchingBuffer(TrajectoryBuffer):
         self.round_id += 1
         self._round_done = 0
         self._round_groups = set()
+        self._round_carried = set()
         self._closed[self.round_id] = asyncio.Event()
         self._round_target = p0
         if len(self.long_queue) >= p0:
@@ -114,6 +118,7 @@ class TailBatchingBuffer(TrajectoryBuffer):
                 if self._requeued:  # prompts of a round cut short by a resume come first
                     t = self._requeued.popleft()
                     task, seed = t.task, t.seed
+                    self._round_carried.add((task, seed))
                 else:
                     task, seed = self._pick_task().name, self.rng.randrange(2**31)
                 r0 = self._group_size[task]
@@ -149,6 +154,11 @@ class TailBatchingBuffer(TrajectoryBuffer):
             self.long_queue.append((ticket.task, ticket.seed))
             self.tail["aborted_prompts"] += 1
         self._round_groups.clear()
+        # Carried prompts no worker took before the round closed go back to the head of the
+        # queue (the next short round issues them first); clearing them lost them for good.
+        carried = [t for t in self._round_tickets if (t.task, t.seed) in self._round_carried]
+        self._requeued.extendleft(Ticket("", t.task, t.seed, self._group_size[t.task], self.state.version)
+                                  for t in reversed(carried))
         self._round_tickets.clear()
         self.closed_round_kind = self.round_kind
         self.tail["fill_prompts"] += self._round_target - self.groups_per_step  # counted once trained
@@ -312,9 +322,10 @@ class TailBatchingBuffer(TrajectoryBuffer):
         fill, spare = None, None
         saved_p0 = state.get("groups_per_step", self.groups_per_step)  # older checkpoints: unknown
         if kind == "long" and "round_fill" in state:  # the same long round: its prompts head the queue
-            fill = ([(task, seed) for task, seed in state["round_fill"] if task in self._group_size]
-                    if self.fill_tasks else [])
-            if saved_p0 != self.groups_per_step and fill:
+            fill = [(task, seed) for task, seed in state["round_fill"] if task in self._group_size]
+            if not self.fill_tasks:  # fill turned off: its saved prompts race in short rounds instead
+                fill, spare = [], fill
+            elif saved_p0 != self.groups_per_step and fill:
                 # Sized for the old P0, the round cannot run as saved: the new round takes P0
                 # prompts off the queue's head, and its fill comes from the saved fill first;
                 # what it leaves (all of it, when the queue is now too short for a long round)

@@ -101,7 +101,7 @@ class RolloutWorker:
                 await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 continue
             # One call for every free slot: a new step's burst of groups starts at once.
-            tickets = await self.buffer.next_tickets.remote(self.groups_in_flight - busy)
+            tickets = await self._next_tickets(self.groups_in_flight - busy, running)
             if tickets is None:
                 break
             running.update({asyncio.ensure_future(self._run_group(t)): t for t in tickets})
@@ -206,6 +206,23 @@ class RolloutWorker:
         except EnvFailure as err:  # an env's own constructor error need not name the env
             raise EnvFailure(f"{err} (env_id {task.env_id!r})", err.deterministic) from err
 
+    async def _next_tickets(self, n: int, running: dict[asyncio.Task, Ticket]) -> list[Ticket] | None:
+        """The buffer's next tickets, or a running group's error if one fails while we wait.
+
+        The buffer may hold the call until a group completes: if the group that fails is
+        the one it waits for (the last free place under the staleness bound), nothing else
+        wakes this worker, and the trainer waited for ever."""
+        call = asyncio.ensure_future(self.buffer.next_tickets.remote(n))
+        while True:
+            done, _ = await asyncio.wait({call, *running}, return_when=asyncio.FIRST_COMPLETED)
+            for g in done:
+                if g is not call and not g.cancelled() and g.exception() is not None:
+                    call.cancel()
+                    g.result()  # a group's own error is the worker's, as in `run`
+            if call in done:
+                return call.result()
+            running = {g: t for g, t in running.items() if not g.done()}
+
     # -- one episode --------------------------------------------------------------------
     async def _episode(self, ticket: Ticket, index: int) -> Trajectory:
         task = self.tasks[ticket.task]
@@ -235,11 +252,14 @@ class RolloutWorker:
                 except EnvFailure as err:
                     self.counters["env_failures"] += 1
                     error, status, deterministic = str(err), "env_failed", err.deterministic
+                    if deterministic:  # the env's own code raised: a replay of its turns meets it again
+                        break
                 except Exception as err:  # engine actor died or refused: re-route and retry
                     self.counters["engine_failures"] += 1
                     error, status = f"{type(err).__name__}: {err}", "engine_failed"
                     deterministic = False
-                    await asyncio.sleep(ENGINE_RETRY_S * 2**attempt)  # a restarting engine needs seconds
+                    if attempt < MAX_RESTARTS:  # no back-off after the last attempt: nothing follows it
+                        await asyncio.sleep(ENGINE_RETRY_S * 2**attempt)  # a restarting engine needs seconds
             if traj is None:  # labelled by the last attempt's failure (a stale one was "engine_failed")
                 traj = Trajectory(traj_id, ticket.group_id, task.name, ticket.seed, ticket.issued_version,
                                   status=status, error=error, deterministic=deterministic)
@@ -293,7 +313,9 @@ class RolloutWorker:
         except Exception as err:
             # An engine that answered (with an error for this request) is alive: marking it
             # dead cost every trajectory on it its stickiness until the watcher revived it.
-            if assigned and not isinstance(err, (Stale, EnvFailure, EngineRefusedRequest)):
+            # A ValueError is a reply refused here (`Conversation.add_reply`: logprobs missing
+            # or not log-probabilities) or one the engine raised for this request: it answered.
+            if assigned and not isinstance(err, (Stale, EnvFailure, EngineRefusedRequest, ValueError)):
                 await self.router.mark_dead.remote(assigned[0])
                 self._watch_engine(assigned[0])
             healthy = isinstance(err, Stale)
@@ -399,7 +421,7 @@ class RolloutWorker:
         t = time.perf_counter()
         try:
             outcome = await self.reward_client.score(task.reward, traj.summary())
-        except Exception as err:  # a client bug costs this trajectory (counted), not the group loop
+        except (Exception, SystemExit) as err:  # a client bug costs this trajectory (counted), not the group loop
             from roll_agentic.reward.outcome import RewardOutcome
 
             outcome = RewardOutcome(None, False, time.perf_counter() - t, 0, False, 0, 0.0, 0.0,

@@ -381,6 +381,12 @@ class TrainingJob:
                     stands = (f"the last checkpoint, {last.name}, stands: a resume repeats the steps after it"
                               if last else "no checkpoint stands: a resume starts over")
                     print(f"checkpoint failed ({type(err).__name__}: {err}): {stands}", flush=True)
+        except Exception:
+            # An error between steps (a worker died, every group failing): no step is half done,
+            # so the steps since the last save are kept, as a Ctrl-C keeps them (they were lost:
+            # up to save_every - 1 steps, while the error said to resume from the checkpoint).
+            self._save_before_error()
+            raise
         finally:
             term.restore()
             self.guard.abandon()
@@ -394,6 +400,19 @@ class TrainingJob:
         print(f"run dir: {self.run_dir}", flush=True)
         return {"run_dir": str(self.run_dir), "steps": self.version, "interrupted": interrupted,
                 "terminated": interrupted and self._terminated(term), "metrics": rows}
+
+    def _save_before_error(self) -> None:
+        """A checkpoint of the steps trained since the last one, unless a step is half done."""
+        if self.guard.torn:
+            return
+        last = latest_checkpoint(self.run_dir / "checkpoints")
+        if last is not None and last.name == f"step_{self.version:06d}":
+            return  # nothing trained since
+        try:
+            print(f"saving a checkpoint before stopping on the error: {self.checkpoint(untrained=True)}",
+                  flush=True)
+        except Exception as err:  # noqa: BLE001 - the run's own error is the one to raise
+            print(f"checkpoint failed too ({type(err).__name__}: {err})", flush=True)
 
     def _terminated(self, term: SigtermAsInterrupt) -> bool:
         """Was it a SIGTERM that stopped the run (taken between steps, or held by a step)?"""

@@ -2,6 +2,7 @@
 rollout.max_failing_s for what may pass (an engine or the emulator restarting)."""
 
 import asyncio
+import types
 
 import pytest
 
@@ -87,9 +88,35 @@ def test_failures_that_may_pass_wait_out_the_window(status, deterministic):
 
     early, late, buf = asyncio.run(main())
     assert early is None
-    assert late.startswith(f"{3 * buf.max_failed_in_a_row} groups in a row failed (every episode in them lost) "
-                           "and none succeeded for 0 s (rollout.max_failing_s = 0.01); failed trajectories by "
+    assert late.startswith(f"{3 * buf.max_failed_in_a_row} groups in a row failed (every episode in them lost), "
+                           "failing for 0 s (rollout.max_failing_s = 0.01); failed trajectories by "
                            f"cause: {status} {12 * buf.max_failed_in_a_row}; last error: {status}: EndpointConnectionError")
+
+
+def test_the_window_counts_failing_time_not_time_since_the_last_success(monkeypatch):
+    """A training step longer than the window, then an engine restarting after the weight
+    sync: its first failed groups stopped the run at once ("none succeeded for 360 s")."""
+    import roll_agentic.rollout.buffer as buffer_mod
+
+    clock = [1000.0]
+    # The buffer's own clock only: asyncio's (time.monotonic itself) must keep running.
+    monkeypatch.setattr(buffer_mod, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+
+    async def main():
+        buf = TrajectoryBuffer([SHARE], groups_per_step=1, alpha=0, max_failing_s=300.0)
+        await _groups(buf, 1, lambda tk, i: _traj(tk, i, 0, reward=float(i % 2)))
+        assert len(await buf.get_batch(1, version=0)) == 1
+        await buf.advance(1)
+        clock[0] += 360.0  # a 6-minute training step since that success
+        await _groups(buf, buf.max_failed_in_a_row, lambda tk, i: _failed(
+            tk, i, "engine_failed", "ActorDiedError", False))
+        early = await _batch_or_error(buf), buf.failing()["failing_for_s"]
+        clock[0] += 301.0  # now failing for longer than the window
+        return early, await _batch_or_error(buf, timeout=2)
+
+    (error, failing_s), late = asyncio.run(main())
+    assert error is None and failing_s == 0.0
+    assert late.startswith("16 groups in a row failed (every episode in them lost), failing for 301 s")
 
 
 def test_one_episode_that_succeeds_or_fails_for_a_passing_cause_restarts_the_count():

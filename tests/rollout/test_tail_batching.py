@@ -331,3 +331,26 @@ def test_episodes_on_weights_older_than_their_round_are_stale_not_trained():
         batch = await buf.get_batch(1, 3)
         assert [t.min_version for t in batch[0]] == [3, 3]
     asyncio.run(main())
+
+
+def test_carried_prompts_no_worker_took_before_the_round_closed_run_in_the_next_round():
+    """A resume's requeued prompts are issued first; those still unissued when the round's
+    P0 groups finished were cleared with the round and lost for good."""
+    async def main():
+        shares = [TaskShare("a", 1.0, 2)]
+        kw = {"eta": 1.5, "eta_responses": 1.0}
+        state = TailBatchingBuffer(shares, groups_per_step=2, **kw).export_state()
+        state["requeued"] = [{"task": "a", "seed": 1000 + i, "group_size": 2} for i in range(5)]
+        buf = TailBatchingBuffer(shares, groups_per_step=2, seed=7, **kw)
+        buf.import_state(state)
+        first = [await buf.next_ticket() for _ in range(2)]  # the round holds three; two are taken
+        for t in first:
+            await buf.put_many([_traj(t, i) for i in range(2)])
+        taken, closed = await buf.take_ready(0)
+        assert closed and [t.seed for t in first] == [1000, 1001]
+        saved = buf.export_state(untrained=True)  # a checkpoint now has the carried ones too
+        assert {1002, 1003, 1004} <= {r["seed"] for r in saved["requeued"]}
+        await buf.advance(1)
+        second = await _drain_tickets(buf)
+        assert [t.seed for t in second] == [1002, 1003, 1004]
+    asyncio.run(main())

@@ -5,6 +5,7 @@ import sys
 import threading
 
 import numpy as np
+import pytest
 
 from roll_agentic.rollout.trajectory import Ticket
 from tests.rollout.test_worker import SlowCounter, _setup, engine_weights_file
@@ -84,7 +85,9 @@ def test_an_env_that_calls_sys_exit_fails_its_episode_not_the_worker(tiny_model_
     buffer, worker = asyncio.run(main())
     assert buffer.counters.groups_dropped_failed >= 2  # it went on taking groups after the first exit
     assert buffer.last_error == "env_failed: env call step raised SystemExit: simulator gave up"
-    assert worker.counters["env_failures"] >= 8 and worker.counters["engine_failures"] == 0
+    # One failure per episode: a SystemExit of its own code recurs, so none is replayed.
+    assert worker.counters["env_failures"] == worker.counters["episodes"] >= 2
+    assert worker.counters["engine_failures"] == 0
 
 
 BUILD_RELEASED = threading.Event()  # set at the end of the test below: hung constructors return
@@ -146,7 +149,38 @@ def test_an_info_flag_without_a_truth_value_fails_the_env_not_the_engine(tiny_mo
     traj, worker = asyncio.run(main())
     assert traj.status == "env_failed"
     assert "step: info['success'] must be a bool, got ndarray" in traj.error
-    assert worker.counters["engine_failures"] == 0 and worker.counters["env_failures"] == 4
+    # Its own code's failure recurs: the episode is not replayed turn by turn (it was, 4 times).
+    assert worker.counters["engine_failures"] == 0 and worker.counters["env_failures"] == 1
+
+
+class SurrogateObservation(SlowCounter):
+    """Tool output decoded with surrogateescape: a lone surrogate the tokenizer cannot encode."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs + " \udcff", reward, terminated, truncated, info
+
+
+class TextSuccess(SlowCounter):
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated, {"success": "False"}
+
+
+def test_text_the_tokenizer_cannot_take_or_a_text_flag_fails_the_env_not_the_engine(tiny_model_path):
+    """A lone surrogate raised in the tokenizer, outside the env call: an engine failure, its
+    healthy engine marked dead, 4 replays. A "False" success flag was read as True."""
+    async def episode(env):
+        engine, buffer, worker = _setup(tiny_model_path, alpha=0, delay=0.0,
+                                        env=f"tests.rollout.test_worker_failures:{env}")
+        return await worker._episode(Ticket("g0", "count", 1, 2, 0), 0), worker.counters
+
+    traj, counters = asyncio.run(episode("SurrogateObservation"))
+    assert traj.status == "env_failed" and traj.deterministic
+    assert "step: observation is not valid UTF-8 text (surrogates not allowed" in traj.error
+    assert counters["engine_failures"] == 0 and counters["env_failures"] == 1
+    traj, counters = asyncio.run(episode("TextSuccess"))
+    assert traj.status == "env_failed" and "step: info['success'] must be a bool, got str 'False'" in traj.error
 
 
 def test_a_request_the_engine_aborts_on_its_own_is_retried_not_trained_on(tiny_model_path):
@@ -230,3 +264,58 @@ def test_an_env_failure_says_whether_a_re_roll_would_meet_it_again(tiny_model_pa
     assert bug.status == "env_failed" and bug.deterministic and "KeyError: 'level'" in bug.error
     assert down.status == "env_failed" and not down.deterministic and "ConnectionRefusedError" in down.error
     assert contract.status == "env_failed" and contract.deterministic
+
+
+class _HoldsTheSecondCall:
+    """A buffer that issues one group, then holds every later call: the one group it
+    waits for (the last place under the staleness bound) is the one that fails."""
+
+    def __init__(self):
+        self.calls = 0
+
+    async def next_tickets(self, n):
+        self.calls += 1
+        if self.calls == 1:
+            return [Ticket("g0", "count", 1, 2, 0)]
+        await asyncio.Event().wait()  # only that group's completion could free a place
+
+
+def test_a_worker_waiting_for_tickets_sees_its_own_group_fail(tiny_model_path):
+    """Its groups' errors were read only between ticket calls: one that failed while the
+    buffer held the call woke nothing, and the trainer waited for ever."""
+    from tests.rollout.local_handle import LocalHandle
+
+    async def main():
+        engine, buffer, worker = _setup(tiny_model_path, alpha=0, delay=0.0)
+        worker.buffer, worker.groups_in_flight = LocalHandle(_HoldsTheSecondCall()), 2
+
+        async def fails(ticket):
+            await asyncio.sleep(0.05)
+            raise RuntimeError("put_many: the buffer actor is gone")
+
+        worker._run_group = fails
+        with pytest.raises(RuntimeError, match="the buffer actor is gone"):
+            await asyncio.wait_for(worker.run(), 60)  # the bound only ends the old code's wait
+
+    asyncio.run(main())
+
+
+def test_a_reply_refused_here_leaves_its_engine_alive(tiny_model_path, monkeypatch):
+    """NaN logprobs (Conversation.add_reply's ValueError) marked the engine that answered dead:
+    every trajectory on it lost its stickiness until the watcher revived it."""
+    from roll_agentic.rollout.conversation import Conversation
+
+    def refused(self, *args, **kwargs):
+        raise ValueError("a reply came with logprobs that are no log-probabilities: [nan]")
+
+    monkeypatch.setattr(Conversation, "add_reply", refused)
+
+    async def main():
+        engine, buffer, worker = _setup(tiny_model_path, alpha=0, delay=0.0)
+        marked: list[int] = []
+        worker.router._obj.mark_dead = marked.append
+        return await worker._episode(Ticket("g0", "count", 1, 2, 0), 0), marked
+
+    traj, marked = asyncio.run(main())
+    assert traj.status == "engine_failed" and "no log-probabilities" in traj.error
+    assert marked == []

@@ -166,6 +166,22 @@ def test_a_sigterm_just_after_start_up_still_closes_the_runs_actors(tmp_path, ti
             "starts over") in capsys.readouterr().out
 
 
+def test_an_error_between_steps_saves_the_steps_since_the_last_checkpoint(tmp_path, tiny_model_path, monkeypatch):
+    """A dead worker or every group failing stopped the run with up to save_every - 1 trained
+    steps unsaved, while the error said to resume from the last checkpoint."""
+    real_rollout_phase = TrainingJob.rollout_phase
+
+    def failing_rollout_phase(self):
+        if self.version == 1:  # step 2's rollout: step 1 is trained, save_every=2 saved nothing yet
+            raise RuntimeError("rollout worker 0 stopped during the rollout")
+        return real_rollout_phase(self)
+
+    monkeypatch.setattr(TrainingJob, "rollout_phase", failing_rollout_phase)
+    with pytest.raises(RuntimeError, match="rollout worker 0 stopped"):
+        TrainingJob(_cfg(tmp_path, "trainer.total_steps=4")).run()
+    assert (tmp_path / "e2e" / "checkpoints" / "latest").read_text() == "step_000001"
+
+
 def test_a_rollout_worker_that_dies_stops_the_run_with_its_name_instead_of_a_silent_wait(tmp_path, tiny_model_path):
     import ray
 
