@@ -205,8 +205,14 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_cancel(args: argparse.Namespace) -> int:
     import ray
 
-    if _in_solo_pass(args, "cancel"):
-        return 1
+    from roll_agentic.config import ConfigError
+
+    try:  # a missing or bad --config is one line, as for submit and status (it was a traceback)
+        if _in_solo_pass(args, "cancel"):
+            return 1
+    except (ConfigError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     mux = _connect(args)
     if mux is None:
         return 2

@@ -39,7 +39,7 @@ from roll_agentic.mux.job_rollback import TrainerLossRecovery
 from roll_agentic.mux.job_state import JobRecord
 from roll_agentic.mux.job_stop import StopAndResume
 from roll_agentic.mux.phase_board import PhaseBoard
-from roll_agentic.mux.phase_waits import JobFailed, await_batch, drain
+from roll_agentic.mux.phase_waits import JobFailed, await_batch, drain, rollout_limit
 from roll_agentic.mux.profile import PhaseKind
 from roll_agentic.train.checkpoint import latest_checkpoint
 from roll_agentic.train.evaluation import evaluation_due
@@ -203,31 +203,33 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery, StopAndResume):
         async with self._hold(kind, nodes) as wait_s:
             self.record.phase = kind
             t0 = time.perf_counter()
-            try:
-                await drain(engines)
-                before = await _engine_stats(engines)
-                await self._load_weights(engines)
-                load_s = time.perf_counter() - t0
-                if nodes != self.worker_engines:
-                    await self._move_workers(nodes)
-                elif not self.worker_runs:  # the first step's tickets are open from the start
-                    self.worker_runs = [w.run.remote() for w in self.workers]
-                else:
-                    await self.buffer.advance.remote(self.version)
-                groups = await await_batch(  # fails the job if a worker stops or the phase overruns
-                    self.buffer.get_batch.remote(self.cfg.algo.groups_per_step, self.version),
-                    self.worker_runs, self.phase_timeout_s)
-                # The previous step's evaluation, on its weights (loaded above), while the job
-                # still holds the node; after the batch, so the step's episodes are not slowed.
-                eval_s = await self._evaluate_held_row() if self._held_row is not None else 0.0
-                await drain(engines)
-                after = await _engine_stats(engines)
-            except BaseException:
-                # A job that fails or is cancelled mid-phase leaves the engines empty for the next.
-                self._kill_workers()
-                with contextlib.suppress(Exception):
-                    await drain(engines, timeout_s=60.0)
-                raise
+            # Like a train phase, all of it (not only the batch wait) has a limit: see rollout_limit.
+            async with rollout_limit(kind, self.phase_timeout_s, nodes, 1 + (self._held_row is not None)):
+                try:
+                    await drain(engines)
+                    before = await _engine_stats(engines)
+                    await self._load_weights(engines)
+                    load_s = time.perf_counter() - t0
+                    if nodes != self.worker_engines:
+                        await self._move_workers(nodes)
+                    elif not self.worker_runs:  # the first step's tickets are open from the start
+                        self.worker_runs = [w.run.remote() for w in self.workers]
+                    else:
+                        await self.buffer.advance.remote(self.version)
+                    groups = await await_batch(  # fails the job if a worker stops or the batch overruns
+                        self.buffer.get_batch.remote(self.cfg.algo.groups_per_step, self.version),
+                        self.worker_runs, self.phase_timeout_s)
+                    # The previous step's evaluation, on its weights (loaded above), while the job
+                    # still holds the node; after the batch, so the step's episodes are not slowed.
+                    eval_s = await self._evaluate_held_row() if self._held_row is not None else 0.0
+                    await drain(engines)
+                    after = await _engine_stats(engines)
+                except BaseException:
+                    # A job that fails or is cancelled mid-phase leaves the engines empty for the next.
+                    self._kill_workers()
+                    with contextlib.suppress(Exception):
+                        await drain(engines, timeout_s=60.0)
+                    raise
         bad = {turn.weight_version for g in groups for t in g for turn in t.turns} - {self.version}
         if bad:
             raise JobFailed(f"isolation check: turns served by weight versions {sorted(bad)}, expected {self.version}")

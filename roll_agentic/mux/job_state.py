@@ -22,6 +22,13 @@ class JobState(StrEnum):
         return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED, JobState.REFUSED, JobState.STOPPED)
 
 
+def iteration_times(step_ends: list[float], first_admitted_end: int) -> list[float]:
+    """Train end to train end from the first admitted step's end: the iteration ending there
+    held the wait for placement and the cold switch-in, not a step of the co-run."""
+    ends = step_ends[first_admitted_end:]
+    return [b - a for a, b in zip(ends, ends[1:], strict=False)]
+
+
 @dataclass
 class PendingRollback:
     """A job marked to go back to its checkpoint, not gone back yet: its newest state died with
@@ -48,6 +55,10 @@ class JobRecord:
     finished_at: float = 0.0
     profile: dict[str, float] = field(default_factory=dict)  # worst-case roll_s/train_s/sync_s, bytes
     step_ends: list[float] = field(default_factory=list)  # board seconds at each train-phase end
+    # Index in `step_ends` of its first admitted step's end (the probe's `profile_steps` come
+    # before): iterations count from there. A fixed 2 took the placement wait and the cold
+    # switch-in for an iteration when the probe took more steps, reading as a missed SLO.
+    first_admitted_end: int = 2
     switches: list[dict] = field(default_factory=list)  # SwitchRecord of each train switch-in
     # "step V -> N: why" for each time its state was lost and it went back to a checkpoint
     rollbacks: list[str] = field(default_factory=list)
@@ -55,10 +66,9 @@ class JobRecord:
     # `mux status` while the steps it showed past its checkpoint were already lost.
     pending_rollback: PendingRollback | None = None
 
-    def iteration_times(self, skip: int = 2) -> list[float]:
+    def iteration_times(self) -> list[float]:
         """Train end to train end, past the probe and the first admitted step."""
-        ends = self.step_ends[skip:]
-        return [b - a for a, b in zip(ends, ends[1:], strict=False)]
+        return iteration_times(self.step_ends, self.first_admitted_end)
 
     def mean_iteration_s(self) -> float | None:
         its = self.iteration_times()

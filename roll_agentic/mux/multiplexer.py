@@ -25,17 +25,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import ray
 
-from roll_agentic.config import Config, validate
+from roll_agentic.config import Config
 from roll_agentic.mux import admission
 from roll_agentic.mux.actor_calls import on_current_slot, pin_actors
 from roll_agentic.mux.group import GroupBook
+from roll_agentic.mux.job_dirs import job_config
+from roll_agentic.mux.job_exit import run_to_end, stopped
 from roll_agentic.mux.job_runner import JobRunner
 from roll_agentic.mux.job_state import JobRecord, JobState
 from roll_agentic.mux.mux_config import JobSpec, MuxConfig
@@ -43,9 +44,7 @@ from roll_agentic.mux.phase_board import PhaseBoard
 from roll_agentic.mux.placement import RollMuxPolicy
 from roll_agentic.mux.placement_desk import PlacementDesk
 from roll_agentic.mux.profile import PhaseKind, Pool
-from roll_agentic.mux.rollback_mark import checkpoint_step
 from roll_agentic.mux.trainer_slot import TrainerSlot
-from roll_agentic.train.checkpoint import latest_checkpoint
 
 ACTOR_NAME = "roll-agentic-mux"
 NAMESPACE = "roll-agentic"
@@ -72,6 +71,7 @@ class Multiplexer:
         self._started = False
         self._failing: set[str] = set()  # jobs the multiplexer ends for a fault (shown failed, not cancelled)
         self._stopping = False  # `stop` was called: jobs end checkpointed, none is admitted
+        self.closing: set[str] = set()  # jobs in their clean-up (job_exit.py): cancel and stop leave them be
 
     async def start(self) -> bool:
         """Builds the pools: engines per rollout node, one trainer process per training node."""
@@ -158,23 +158,8 @@ class Multiplexer:
 
     # -- submission -------------------------------------------------------------------------
     def _job_config(self, cfg: Config, name: str, engines: int, resume: bool = False) -> Config:
-        cfg = copy.deepcopy(cfg)
-        # A name submitted again (or a run directory used again) gets a directory of its
-        # own: in the earlier one's, the trainer found that run's checkpoint and resumed it
-        # against engines serving the initial weights. Unless resumed (`mux run --resume`):
-        # then the job goes on from the checkpoint there (job_stop.py).
-        jobs, run_name, n = self.run_dir / "jobs", name, 1
-        cfg.trainer.resume = resume and latest_checkpoint(jobs / name / "checkpoints") is not None
-        while (jobs / run_name).exists() and not cfg.trainer.resume:
-            n += 1
-            run_name = f"{name}-{n}"
-        cfg.output_dir, cfg.run_name = str(jobs), run_name
-        cfg.telemetry.progress = False
-        # The job's engines are the pool's: one routing pool spanning the node's engines.
-        cfg.pools, cfg.engine.num_engines = [], engines
-        for t in cfg.tasks:
-            t.pool = "default"
-        return validate(cfg)
+        # A folder of its own under jobs/; resumed, the one of its newest checkpoint (job_dirs.py).
+        return job_config(cfg, self.run_dir / "jobs", name, engines, resume)
 
     async def submit(self, cfg: Config, spec: JobSpec, resume: bool = False) -> dict:
         """Adds a job. `resume`: it goes on from its checkpoint in this run directory, if it has one."""
@@ -188,8 +173,8 @@ class Multiplexer:
             raise ValueError(f"job {spec.name!r} is still closing; submit it again in a moment")
         cfg = self._job_config(cfg, spec.name, self.m.engines_per_node, resume)
         rec = JobRecord(spec.name, spec.slo, cfg.trainer.total_steps, str(Path(cfg.output_dir) / cfg.run_name),
-                        submitted_at=self.board.now())
-        self.records[spec.name] = rec
+                        submitted_at=self.board.now(), first_admitted_end=self.m.profile_steps)
+        earlier, self.records[spec.name] = self.records.get(spec.name), rec
         try:  # a job that cannot start is refused with the reason, never left "profiling"
             model_path = resolve_model_path(cfg)
             # Off the loop: the check builds, resets and steps each task's env and scores a turn,
@@ -201,6 +186,12 @@ class Multiplexer:
             rec.state, rec.reason, rec.finished_at = JobState.REFUSED, why, self.board.now()
             return rec.to_dict()
         await self.start()  # refusals need no pools; the first admissible job brings them up
+        if self._stopping:  # `stop` came during the awaits above: its lifecycle would start outside stop's wait
+            if earlier is None:
+                self.records.pop(spec.name)
+            else:
+                self.records[spec.name] = earlier
+            raise ValueError(f"the multiplexer is stopping: job {spec.name!r} not taken")
         self.tasks[spec.name] = asyncio.get_running_loop().create_task(self._lifecycle(cfg, rec, model_path))
         return rec.to_dict()
 
@@ -233,7 +224,7 @@ class Multiplexer:
                 return
             prof = await runner.probe(rollout_nodes, train_node, self.m.profile_margin, self.m.profile_steps)
             if runner.stop_requested:  # its probe saved the step in hand
-                return await self._stopped(rec, runner)
+                return await stopped(rec, runner, self.m.phase_timeout_s)
             if runner.version >= cfg.trainer.total_steps:  # a job shorter than its probe
                 rec.state = JobState.DONE
                 return
@@ -255,40 +246,37 @@ class Multiplexer:
                     self.desk.drop(rec.name)  # cancelled while waiting
             placed = True
             rec.state, rec.reason = JobState.RUNNING, ""
+            rec.first_admitted_end = len(rec.step_ends)  # its probe's came before (however many it took)
             await runner.run(lambda finished: self._next_phases(rec.name, finished))
             if runner.version < cfg.trainer.total_steps:  # `stop`: its step whole and saved
-                return await self._stopped(rec, runner)
+                return await stopped(rec, runner, self.m.phase_timeout_s)
             rec.state = JobState.DONE
         except asyncio.CancelledError:
             failed = rec.name in self._failing  # ended by the multiplexer for a fault, not cancelled
             self._failing.discard(rec.name)
             if self._stopping and not failed:  # before `_leave` below drops its state from host memory
-                return await self._stopped(rec, runner)
+                return await stopped(rec, runner, self.m.phase_timeout_s)
             rec.state = JobState.FAILED if failed else JobState.CANCELLED
             rec.reason = rec.reason or "cancelled"
         except Exception as err:  # the job fails; the pools and the other jobs go on
             rec.state, rec.reason = JobState.FAILED, f"{type(err).__name__}: {err}"
         finally:
-            rec.phase, rec.finished_at = "", self.board.now()
-            rec.pending_rollback = None  # a job cancelled or failed before its roll-back: none to come
-            await self._leave(rec, placed or rec.name in self.book.job_group)  # placed by another waiter
-            await runner.close()
+            self.closing.add(rec.name)
+            try:
+                await run_to_end(self._close_job(rec, runner, placed))
+            finally:
+                self.closing.discard(rec.name)
 
-    async def _stopped(self, rec: JobRecord, runner: JobRunner) -> None:
-        """The job ends for `stop`, its newest whole step checkpointed (job_stop.py)."""
-        if runner.version >= runner.cfg.trainer.total_steps:  # all its steps taken: cut in its last evaluation
-            rec.state, rec.reason = JobState.DONE, "stopped before its last evaluation"
-            return
+    async def _close_job(self, rec: JobRecord, runner: JobRunner, placed: bool) -> None:
+        """The end of a job's lifecycle: its nodes, residency and runner let go (`job_exit.py`)."""
+        if not rec.state.final:  # cut short where it was to say how it ended (e.g. in `stopped`)
+            rec.state, rec.reason = JobState.CANCELLED, rec.reason or "cancelled"
+        rec.phase, rec.finished_at = "", self.board.now()
+        rec.pending_rollback = None  # a job cancelled or failed before its roll-back: none to come
         try:
-            step = await asyncio.wait_for(runner.checkpoint_for_stop(), self.m.phase_timeout_s)
-            failed = ""
-        except Exception as err:  # noqa: BLE001 - its earlier checkpoints still stand
-            step = checkpoint_step(latest_checkpoint(runner.run_dir / "checkpoints"))
-            failed = f"; saving step {runner.version} failed ({type(err).__name__}: {err})"
-        rec.state = JobState.STOPPED
-        saved = f"its checkpoint of step {step}" if step else "no checkpoint (it starts over)"
-        rec.reason = (f"stopped at step {runner.version}{failed}; `mux run --resume` (`mux submit --resume` for a "
-                      f"job submitted so) goes on from {saved}")
+            await self._leave(rec, placed or rec.name in self.book.job_group)  # placed by another waiter
+        finally:
+            await runner.close()
 
     async def _place_waiting(self) -> None:
         """Place every waiting job that fits (together: `placement_desk.py`); wake the placed."""
@@ -338,7 +326,7 @@ class Multiplexer:
         self._stopping = True
         for name, task in self.tasks.items():
             runner = self.runners.get(name)
-            if not task.done() and (runner is None or runner.request_stop()):
+            if not task.done() and name not in self.closing and (runner is None or runner.request_stop()):
                 task.cancel()
         pending = [t for t in self.tasks.values() if not t.done()]
         if pending:
@@ -347,7 +335,7 @@ class Multiplexer:
 
     async def cancel(self, name: str) -> bool:
         task = self.tasks.get(name)
-        if task is None or task.done():
+        if task is None or task.done() or name in self.closing:  # ending already: its clean-up runs to its end
             return False
         task.cancel()
         with contextlib.suppress(BaseException):
@@ -396,6 +384,9 @@ class Multiplexer:
     async def shutdown(self) -> None:
         for name in list(self.tasks):
             await self.cancel(name)
+        closing = [t for t in self.tasks.values() if not t.done()]
+        if closing:  # their clean-up (slot releases, workers, emulators) before the pools go
+            await asyncio.wait(closing, timeout=self.m.phase_timeout_s)
         for es in self.engines.values():
             for e in es:
                 with contextlib.suppress(Exception):

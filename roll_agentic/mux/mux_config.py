@@ -104,8 +104,9 @@ def _job(raw: Any, where: str) -> JobSpec:
         raise ConfigError(f"{where}.overrides: expected a list of key=value strings, got {overrides!r}")
     spec = JobSpec(str(raw["name"]), float(slo), list(overrides),
                    str(raw.get("config_dir") or ""), str(raw.get("config_name") or "config"))
-    if spec.slo < 1.0:
-        raise ConfigError(f"{where}.slo: expected a slowdown factor >= 1.0, got {spec.slo}")
+    # NaN passed the comparison (nan < 1.0 is False); inf would tolerate any slowdown.
+    if not math.isfinite(spec.slo) or spec.slo < 1.0:
+        raise ConfigError(f"{where}.slo: expected a finite slowdown factor >= 1.0, got {spec.slo}")
     return spec
 
 

@@ -14,13 +14,16 @@ from pathlib import Path
 
 import matplotlib
 
+from roll_agentic.mux.job_state import iteration_times
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def _iteration_s(job: dict, skip: int = 2) -> float | None:
-    ends = job["step_ends"][skip:]
-    its = [b - a for a, b in zip(ends, ends[1:], strict=False)]
+def _iteration_s(job: dict) -> float | None:
+    # From the job's first admitted step, as `mux status` counts (a pass recorded before
+    # the record had the index: its probe took the default 2 steps).
+    its = iteration_times(job["step_ends"], job.get("first_admitted_end", 2))
     return statistics.fmean(its) if its else None
 
 

@@ -49,6 +49,10 @@ def test_the_edges_of_every_range_load(tmp_path):
     ("rollout_cpus: [0, 0]", "rollout_cpus: expected a list of distinct core numbers >= 0"),
     ("train_cpus: [true]", "train_cpus: expected a list of distinct core numbers >= 0"),
     ("train_cpus: ['0']", "train_cpus: expected a list of distinct core numbers >= 0"),
+    # nan passed the SLO's ">= 1.0" (nan < 1.0 is False); an infinite one tolerates any slowdown.
+    ("jobs: [{name: a, slo: .nan}]", "jobs[0].slo: expected a finite slowdown factor >= 1.0, got nan"),
+    ("jobs: [{name: a, slo: .inf}]", "jobs[0].slo: expected a finite slowdown factor >= 1.0, got inf"),
+    ("jobs: [{name: a, slo: 0.5}]", "jobs[0].slo: expected a finite slowdown factor >= 1.0, got 0.5"),
 ])
 def test_an_out_of_range_setting_is_refused_naming_key_and_value(tmp_path, line, message):
     p = tmp_path / "m.yaml"

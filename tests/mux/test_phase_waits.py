@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from roll_agentic.mux.phase_waits import JobFailed, await_batch
+from roll_agentic.mux.phase_waits import JobFailed, await_batch, drain
 from roll_agentic.rollout.buffer import RolloutFailing
 
 
@@ -38,3 +38,72 @@ def test_the_batch_comes_back_when_it_is_ready():
         return [["g"]]
 
     assert asyncio.run(await_batch(get_batch(), [], timeout_s=5.0)) == [["g"]]
+
+
+class _Call:
+    def __init__(self, fn):
+        self.remote = fn
+
+
+def _engine(load=None, load_weights=None):
+    async def zero(*_a):
+        return 0
+
+    async def stats():
+        return {}
+
+    return type("Engine", (), {"load": _Call(load or zero), "stats": _Call(stats),
+                               "load_weights": _Call(load_weights or zero)})()
+
+
+def test_an_engine_whose_load_check_fails_is_not_drained():
+    """Errors were left out of the check: engines that all failed counted as drained."""
+    async def dead():
+        raise RuntimeError("engine actor died")
+
+    with pytest.raises(JobFailed, match="1 of 2 engines failed their load check: RuntimeError: engine actor died"):
+        asyncio.run(drain([_engine(), _engine(load=dead)]))
+    with pytest.raises(JobFailed, match="2 of 2 engines failed"):
+        asyncio.run(drain([_engine(load=dead), _engine(load=dead)]))
+
+
+def test_a_load_check_that_never_answers_fails_the_drain():
+    def never():
+        return asyncio.get_running_loop().create_future()
+
+    with pytest.raises(JobFailed, match="did not say their load within 0.05s"):
+        asyncio.run(asyncio.wait_for(drain([_engine(load=never)], timeout_s=0.05), 30))
+
+
+def test_a_wedged_engine_call_in_a_rollout_phase_fails_the_job_and_lets_go_of_the_node(monkeypatch, tmp_path):
+    """The batch wait had a limit, the rest of the held phase none: one weight load that never
+    answered held the rollout node, and every job queued on it, forever."""
+    from roll_agentic.config import Config
+    from roll_agentic.mux import phase_waits
+    from roll_agentic.mux.job_runner import JobRunner
+    from roll_agentic.mux.job_state import JobRecord
+    from roll_agentic.mux.phase_board import PhaseBoard
+
+    monkeypatch.setattr(phase_waits, "ROLLOUT_LOAD_MARGIN_S", 0.0)
+
+    def wedged(*_a):
+        return asyncio.get_running_loop().create_future()
+
+    cfg = Config()
+    cfg.output_dir, cfg.run_name = str(tmp_path / "jobs"), "j"
+    (tmp_path / "model.safetensors").write_bytes(b"")  # the first load's file (never read here)
+
+    async def main() -> dict:
+        board = PhaseBoard()
+        board.add_node("r", "rollout")
+        runner = JobRunner(cfg, JobRecord("j", 2.0, 10), board, {"r": [_engine(load_weights=wedged)]}, {}, 0.05)
+        runner.model_path = str(tmp_path)
+        try:
+            with pytest.raises(JobFailed, match=r"rollout phase exceeded 1x phase_timeout_s=0.05 \(\+0s for weight "
+                                                r"loads\) on r: an engine, the buffer or a worker did not answer"):
+                await asyncio.wait_for(runner.rollout(["r"]), 30)
+            return board.snapshot()["r"]
+        finally:
+            await runner.close()
+
+    assert asyncio.run(main())["holder"] is None

@@ -1,0 +1,53 @@
+"""The folder a multiplexed job runs in, afresh and resumed (mux/job_dirs.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from roll_agentic.config import Config
+from roll_agentic.mux.multiplexer import Multiplexer
+from roll_agentic.mux.mux_config import MuxConfig
+
+
+def _checkpoint(run: Path, step: int, mtime: float | None = None) -> None:
+    """A complete checkpoint as `latest_checkpoint` finds one (its run.json is written last)."""
+    ckpt = run / "checkpoints" / f"step_{step:06d}"
+    ckpt.mkdir(parents=True)
+    (ckpt / "run.json").write_text(json.dumps({"step": step}))
+    if mtime is not None:
+        os.utime(ckpt, (mtime, mtime))
+
+
+def test_a_resume_goes_on_in_the_folder_of_the_newest_checkpoint_not_always_the_first(tmp_path):
+    """Stopped before its first checkpoint, a job ran again in jobs/a-2; the next --resume looked
+    in jobs/a only, found nothing, and started over in jobs/a-3."""
+    mux = Multiplexer(MuxConfig(), str(tmp_path), "unused")
+    jobs = tmp_path / "jobs"
+    (jobs / "a").mkdir(parents=True)  # its first run: stopped before any checkpoint
+    again = mux._job_config(Config(), "a", 1, resume=True)
+    assert (again.run_name, again.trainer.resume) == ("a-2", False)  # nothing to go on from: afresh
+    _checkpoint(jobs / "a-2", 3)
+    resumed = mux._job_config(Config(), "a", 1, resume=True)
+    assert (resumed.run_name, resumed.trainer.resume) == ("a-2", True)
+    assert Path(resumed.output_dir) == jobs
+    # Not resumed: a folder of its own, as before.
+    assert mux._job_config(Config(), "a", 1).run_name == "a-3"
+
+
+def test_a_name_submitted_twice_resumes_its_newest_checkpoint_by_step_then_time(tmp_path):
+    mux = Multiplexer(MuxConfig(), str(tmp_path), "unused")
+    jobs = tmp_path / "jobs"
+    _checkpoint(jobs / "a", 2)
+    _checkpoint(jobs / "a-2", 4)
+    _checkpoint(jobs / "a-x", 9)  # another job's folder ("a-x" is a name of its own)
+    _checkpoint(jobs / "ab", 9)
+    assert mux._job_config(Config(), "a", 1, resume=True).run_name == "a-2"
+    _checkpoint(jobs / "a-3", 4, mtime=1.0)  # the same step, saved earlier: a-2's is newer
+    assert mux._job_config(Config(), "a", 1, resume=True).run_name == "a-2"
+    _checkpoint(jobs / "a-4", 4, mtime=4e9)  # the same step, saved later
+    assert mux._job_config(Config(), "a", 1, resume=True).run_name == "a-4"
+    # An unfinished save (no run.json yet) is no checkpoint.
+    (jobs / "a-5" / "checkpoints" / "step_000009").mkdir(parents=True)
+    assert mux._job_config(Config(), "a", 1, resume=True).run_name == "a-4"
