@@ -75,6 +75,10 @@ class HFEngine:
         self._wakeup: asyncio.Event | None = None
         self._loop_task: asyncio.Task | None = None
         self._compute_lock = threading.Lock()  # one batch or one weight load at a time
+        # One load_weights at a time, in the order they came (asyncio.Lock is FIFO). Unserialized,
+        # a load that timed out at the trainer (v) still ran when v+1 came; v+1 could be read
+        # and applied first and v over it: the engine went back a version.
+        self._load_lock = asyncio.Lock()
         self._awake = True
         # Every draw comes from this: torch's global generator starts from the same seed in
         # every process, so each engine (and a resumed run) replayed one noise stream.
@@ -112,8 +116,9 @@ class HFEngine:
     async def load_weights(self, version: int, source: str) -> None:
         from safetensors.torch import load_file
 
-        state = await asyncio.to_thread(load_file, source)
-        await asyncio.to_thread(self._apply_weights, state, version)
+        async with self._load_lock:
+            state = await asyncio.to_thread(load_file, source)
+            await asyncio.to_thread(self._apply_weights, state, version)
 
     def _apply_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
         # Checked before loading: load_state_dict(strict=False) applies what it can,

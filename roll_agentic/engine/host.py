@@ -60,6 +60,11 @@ class EngineHost:
         self.per_task: dict[str, dict[str, float]] = {}
         self._restore = _weights_before_restart()  # Ray restarted this actor: (version, file) it served
         self._restoring: asyncio.Future | None = None  # that reload, shared by every caller waiting on it
+        # Why this restarted host lacks the weights it served (its restore failed): it refuses
+        # requests and pings until a weight load succeeds. Served anyway, its initial weights
+        # went out labelled version 0: every sample was dropped as stale, and a run with one
+        # engine livelocked.
+        self._unserved: str | None = None
         self.vocab_size = _vocab_size(model_path)
         self.expired = 0  # requests clients gave up on
         self._suspect = False  # a request expired: the next ping probes the engine
@@ -87,9 +92,24 @@ class EngineHost:
         await asyncio.shield(self._restoring)
 
     async def _reload(self, restore: tuple[int, str] | None) -> None:
-        if restore is not None and Path(restore[1]).exists():
+        if restore is None:
+            return
+        try:
+            if not Path(restore[1]).exists():
+                raise FileNotFoundError(f"no file at {restore[1]}")
             await self.engine.load_weights(*restore)
-            _record_weights(*restore)
+        except Exception as err:  # noqa: BLE001 - the host stays up, refusing work until weights come
+            self._refuse(f"restoring weights v{restore[0]} failed: {_one_line(err)}")
+            return
+        _record_weights(*restore)
+
+    def _refuse(self, why: str) -> None:
+        self._unserved = why
+        log.error("engine host: %s; refusing requests until the next weight load", why)
+
+    def _raise_if_unserved(self) -> None:
+        if self._unserved is not None:
+            raise RuntimeError(f"engine host: {self._unserved}; waiting for the next weight load")
 
     async def generate(self, token_ids: list[int], sampling: SamplingParams, request_id: str,
                        task: str = "") -> GenerationResult:
@@ -105,6 +125,7 @@ class EngineHost:
         self._check_prompt(token_ids, request_id)
         if self._restore_pending():
             await self._restore_weights()
+        self._raise_if_unserved()
         if self.outstanding == 0:
             self.busy_since = time.time()
         self.outstanding += 1
@@ -178,10 +199,20 @@ class EngineHost:
     async def load_weights(self, version: int, source: str) -> int:
         # Newer weights replace what the restarted actor had served: restored after this
         # load (by the next request or ping), the older version overwrote it.
-        self._restore = None
+        replaced, self._restore = self._restore, None
         if self._restoring is not None and not self._restoring.done():
-            await asyncio.wait([self._restoring])  # its error, if any, is its waiters'
-        await self.engine.load_weights(version, source)
+            await asyncio.wait([self._restoring])
+        try:
+            await self.engine.load_weights(version, source)
+        except Exception as err:
+            if replaced is not None:  # nor restored: the engine holds its initial weights
+                self._refuse(f"loading weights v{version} failed before v{replaced[0]} was restored: "
+                             f"{_one_line(err)}")
+            # A reload that failed half way leaves the engine unhealthy (vllm_engine.py):
+            # the host ends now, so that Ray restarts it from the last file it loaded.
+            await self._exit_if_engine_dead(f"its engine is broken by a failed weight load: {_one_line(err)}")
+            raise
+        self._unserved = None
         _record_weights(version, source)
         return self.engine.weight_version()
 
@@ -234,6 +265,7 @@ class EngineHost:
         await self._exit_if_engine_dead()
         if self._restore_pending():  # answers only once it serves the weights it had
             await self._restore_weights()
+        self._raise_if_unserved()  # not routed to again before it has weights to serve
         if self._suspect and not self._asleep:
             # A live actor answers pings even when its engine is wedged: the watcher that
             # revives engines (rollout worker) would route to it again at once.
@@ -260,7 +292,7 @@ class EngineHost:
             self._suspect, self._probe = False, None
         return True
 
-    async def _exit_if_engine_dead(self) -> None:
+    async def _exit_if_engine_dead(self, why: str = "its engine is dead") -> None:
         """Ends this actor's process when its engine cannot serve again (vLLM's engine core
         died): every request to it would fail at once, it was never marked dead (an
         answered error is the request's, not the engine's), and the least-loaded router
@@ -269,7 +301,7 @@ class EngineHost:
         dead, and is routed to again once the restarted actor answers `ping`."""
         if self.engine.healthy() or _weights_file() is None:  # outside an actor: the error stands
             return
-        await self._end("its engine is dead")
+        await self._end(why)
 
     async def _end(self, why: str) -> None:
         if self._exiting is None:  # the first caller stops the engine; the others wait for the end
@@ -301,12 +333,17 @@ def _vocab_size(model_path: str) -> int:
         return 0
 
 
+def _one_line(err: BaseException) -> str:
+    return f"{type(err).__name__}: {' '.join(str(err).split())}"
+
+
 def _weights_file() -> Path | None:
     """Where this actor notes the weights it serves; None outside a Ray actor (tests)."""
     try:
         import ray
 
-        actor_id = ray.get_runtime_context().get_actor_id()
+        # Without Ray up there is no actor, and get_runtime_context() would start Ray.
+        actor_id = ray.get_runtime_context().get_actor_id() if ray.is_initialized() else None
     except Exception:  # noqa: BLE001 - no Ray, no restarts to survive
         return None
     return Path(tempfile.gettempdir()) / "roll_agentic-engines" / f"{actor_id}.json" if actor_id else None

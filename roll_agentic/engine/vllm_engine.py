@@ -42,13 +42,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import multiprocessing
 import os
 import time
 from typing import Any
 
 from roll_agentic.config import EngineConfig
 from roll_agentic.engine import shm_sweep
+from roll_agentic.engine.engine_reaper import engine_processes, reap
 from roll_agentic.engine.protocol import GenerationResult, SamplingParams
 from roll_agentic.engine.vllm_logging import quiet_expected_warnings
 
@@ -123,6 +123,7 @@ class VLLMEngine:
         self._closed = False
         self._awake = True
         self._reloading = False
+        self._broken: str | None = None  # a reload failed half way: weights neither old nor new
         self._gate: asyncio.Event | None = None  # created in the loop that uses the engine
         self._reload_lock: asyncio.Lock | None = None
         self._waiting: dict[str, bool] = {}  # held at admission -> aborted?
@@ -224,10 +225,15 @@ class VLLMEngine:
 
     async def load_weights(self, version: int, source: str) -> None:
         """Serves `source` as `version`: a safetensors path (HF names), or a
-        `vllm-transfer:` payload on CUDA. Generation pauses only for the reload."""
+        `vllm-transfer:` payload on CUDA. Generation pauses only for the reload.
+        A failure once tensors may have changed breaks the engine (`healthy()`)."""
         if self._reload_lock is None:
             self._reload_lock = asyncio.Lock()
         async with self._reload_lock:
+            if source.startswith(TRANSFER_PREFIX) and not self._transfer_ready:
+                raise RuntimeError("load_weights(vllm-transfer:...): call init_weight_transfer first")
+            if not source.startswith(TRANSFER_PREFIX) and not os.path.isfile(source):
+                raise FileNotFoundError(f"load_weights: no safetensors file at {source}")
             t0 = time.perf_counter()
             self._reloading = True  # new requests wait: their cache salt must name the new weights
             try:
@@ -245,13 +251,19 @@ class VLLMEngine:
                     if source.startswith(TRANSFER_PREFIX):
                         await self._transfer_update(source[len(TRANSFER_PREFIX):])
                     else:
-                        if not os.path.isfile(source):
-                            raise FileNotFoundError(f"load_weights: no safetensors file at {source}")
                         await self._live().collective_rpc("reload_weights_from_file", args=(source,))
                     await self._live().update_weight_version(str(version))
                     self._version = version
+                except BaseException as err:  # a cancelled load too: the reload runs on in vLLM
+                    # Resumed, it served half-replaced weights under the old label; broken, its host
+                    # ends and Ray restarts it. The worker's name/shape checks precede any change.
+                    if f"reload_weights_from_file({source}): " not in str(err):
+                        self._broken = f"weights v{version} failed half way ({type(err).__name__}: {err})"
+                        log.error("VLLMEngine: %s; generation stays paused", " ".join(self._broken.split()))
+                    raise
                 finally:
-                    await self._live().resume_generation()
+                    if self._broken is None:
+                        await self._live().resume_generation()
             finally:
                 self._reloading = False
                 self._gate_event().set()
@@ -282,20 +294,29 @@ class VLLMEngine:
 
     def healthy(self) -> bool:
         """False once vLLM's engine core process died (vLLM cannot restart it): from
-        then on every request fails with EngineDeadError. Shut down counts as healthy:
-        it was asked for."""
-        return self._llm is None or not self._llm.errored
+        then on every request fails with EngineDeadError; or once a reload failed half
+        way. Shut down counts as healthy: it was asked for."""
+        return self._llm is None or (not self._llm.errored and self._broken is None)
 
     async def shutdown(self) -> None:
-        """Stops the engine-core and worker processes; idempotent."""
+        """Ends every request still held (reason "abort", as HFEngine's) and stops the
+        engine-core and worker processes; idempotent."""
         if self._closed:
             return
         self._closed = True
         for rid in list(self._waiting):
             self._waiting[rid] = True
         self._gate_event().set()
+        # AsyncLLM.shutdown cancels the task feeding the streams of requests in vLLM: they
+        # never returned. Aborted, each stream gets its last output at once, the tokens so far.
+        in_flight = [self._segments.get(rid, rid) for rid in self._running]
+        try:
+            if in_flight:
+                await asyncio.wait_for(self._llm.abort(in_flight), 10.0)
+        except Exception as err:  # noqa: BLE001 - e.g. a dead engine core: it shuts down regardless
+            log.warning("VLLMEngine.shutdown: aborting %d request(s) failed: %s", len(in_flight), err)
         llm, self._llm = self._llm, None
-        procs = _engine_processes()
+        procs = engine_processes()
         # vLLM sends SIGTERM and, after a 5 s grace, kills the process tree: on a
         # small CPU box the engine core and worker spend longer than that in the
         # interpreter's exit-time GC, so the kill is the usual end. Blocking the loop
@@ -304,12 +325,14 @@ class VLLMEngine:
         # Drop the last reference now: AsyncLLM.__del__ calls shutdown again, which
         # is harmless here but fails if it first runs at interpreter teardown.
         del llm
-        await _reap(procs)
+        await reap(procs)
         self._shm.release()  # what vLLM did not unlink itself (it does on a clean exit)
 
     def _live(self) -> Any:
         if self._llm is None:
             raise RuntimeError("VLLMEngine: the engine is shut down")
+        if self._broken is not None:  # new work fails at once: its host ends on it
+            raise RuntimeError(f"VLLMEngine: {self._broken}")
         return self._llm
 
     # -- admission ----------------------------------------------------------------
@@ -354,57 +377,11 @@ class VLLMEngine:
         broadcasts the tensors while this call waits in the receive."""
         from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
 
-        if not self._transfer_ready:
-            raise RuntimeError("load_weights(vllm-transfer:...): call init_weight_transfer first")
         await self._live().start_weight_update()
         try:
             await self._live().update_weights(WeightTransferUpdateRequest(update_info=json.loads(payload)))
         finally:
             await self._live().finish_weight_update()
-
-
-def _engine_processes() -> list[Any]:
-    """vLLM's engine-core and worker processes below this one."""
-    import psutil
-
-    found = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if p.name().startswith("VLLM"):
-                found.append(p)
-        except psutil.Error:
-            pass
-    return found
-
-
-async def _reap(procs: list[Any], timeout_s: float = 10.0) -> None:
-    """Waits until the engine's processes are gone (killing stragglers) and
-    reaps our direct child, so no engine process or zombie outlives shutdown."""
-    import psutil
-
-    def alive() -> list[Any]:
-        multiprocessing.active_children()  # joins finished children: no zombie
-        out = []
-        for p in procs:
-            try:  # our own zombie counts until reaped; a grandchild's is init's to reap
-                if p.is_running() and (p.status() != psutil.STATUS_ZOMBIE or p.ppid() == os.getpid()):
-                    out.append(p)
-            except psutil.Error:
-                pass
-        return out
-
-    deadline = time.monotonic() + timeout_s
-    while (left := alive()) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    for p in left:
-        log.warning("VLLMEngine.shutdown: killing leftover process %s", p.pid)
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    if left:
-        await asyncio.sleep(0.1)
-        alive()
 
 
 def _last_version(spans: list[Any] | None, default: int) -> int:

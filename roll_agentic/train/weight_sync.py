@@ -3,12 +3,15 @@
 The trainer writes its state dict once to a safetensors file in shared
 memory (/dev/shm when present) and every engine loads that file; on CPU this
 is the path vLLM's worker extension reloads from, and the HF engine reads
-the same file. Each file holds one version; the previous one is removed once
-all engines serve the new one.
+the same file. Each file holds one version, kept while some engine may still
+restore from it: Ray restarts a dead engine actor from the last file it loaded
+(engine/host.py), and an engine that failed to load version v still names v-1.
+Deleting v-1 regardless left the restarted engine without weights.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -18,6 +21,8 @@ from pathlib import Path
 import ray
 import torch
 from safetensors.torch import save_file
+
+log = logging.getLogger(__name__)
 
 
 def shared_memory_dir(run_name: str) -> Path:
@@ -61,30 +66,44 @@ class WeightPublisher:
         self.engines = engines
         self.load_timeout_s = load_timeout_s
         self.dir = shared_memory_dir(run_name)
-        self._last: Path | None = None
+        self._files: dict[int, Path] = {}  # version -> its file, while kept
+        # Per engine: the version it last loaded for sure, and the newest whose load may
+        # still land or have been recorded (no answer in time, or the actor died mid-call).
+        # A restarted engine restores one of the two; two per engine bound what stays in RAM.
+        self._loaded: list[int | None] = [None] * len(engines)
+        self._maybe: list[int | None] = [None] * len(engines)
 
     def publish(self, version: int, state: dict[str, torch.Tensor]) -> dict[str, float]:
         """Writes, loads on every live engine, and returns timings. Dead engines, and
-        engines that do not load it within `load_timeout_s`, are counted failed."""
+        engines that do not load it within `load_timeout_s`, are counted failed (each
+        logged); when every engine fails, raises: a name or shape mismatch fails them
+        all, and training on while every sample goes stale hid the cause."""
         t0 = time.perf_counter()
         path = self.dir / f"weights_v{version}.safetensors"
         tmp = path.with_suffix(".tmp")
         save_file(state, str(tmp))
         os.replace(tmp, path)
+        self._files[version] = path
         t1 = time.perf_counter()
         refs = [e.load_weights.remote(version, str(path)) for e in self.engines]
-        failed = 0
+        errors: list[str] = []
         deadline = time.monotonic() + self.load_timeout_s
-        for ref in refs:
+        for i, ref in enumerate(refs):
             try:
                 ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
-            except ray.exceptions.RayError:  # dead, or no answer in time (GetTimeoutError)
-                failed += 1
+                self._loaded[i], self._maybe[i] = version, None
+            except ray.exceptions.RayError as err:  # dead, refused, or no answer in time (GetTimeoutError)
+                if not isinstance(err, ray.exceptions.RayTaskError):  # raised in the actor: nothing recorded
+                    self._maybe[i] = version
+                errors.append(f"engine {i}: {_one_line(err)}")
+                log.warning("weight sync v%d: %s", version, errors[-1])
         t2 = time.perf_counter()
-        if self._last is not None and self._last != path:
-            self._last.unlink(missing_ok=True)
-        self._last = path
-        return {"sync/write_s": t1 - t0, "sync/load_s": t2 - t1, "sync/failed_engines": float(failed)}
+        keep = {version, *self._loaded, *self._maybe}
+        for v in [v for v in self._files if v not in keep]:
+            self._files.pop(v).unlink(missing_ok=True)
+        if self.engines and len(errors) == len(self.engines):
+            raise RuntimeError(f"weight sync v{version}: no engine loaded it; {errors[0]}")
+        return {"sync/write_s": t1 - t0, "sync/load_s": t2 - t1, "sync/failed_engines": float(len(errors))}
 
     def close(self) -> None:
         for p in self.dir.glob("*"):
@@ -93,3 +112,12 @@ class WeightPublisher:
             self.dir.rmdir()
         except OSError:
             pass
+
+
+def _one_line(err: Exception) -> str:
+    """The error's type and message in one line: for an error raised in the actor, its
+    cause (Ray's text for it is the whole remote traceback)."""
+    cause = getattr(err, "cause", None) if isinstance(err, ray.exceptions.RayTaskError) else None
+    shown = cause if isinstance(cause, BaseException) else err
+    text = " ".join(str(shown).split())
+    return f"{type(shown).__name__}: {text[:500]}"

@@ -1,11 +1,13 @@
 """HFEngine specifics beyond the shared contract (test_engine_contract.py): sampling
-randomness, shutdown, and weight checks on a model whose head is not tied."""
+randomness, shutdown, weight checks on a model whose head is not tied, and the order of
+overlapping weight loads."""
 
 from __future__ import annotations
 
 import asyncio
 import math
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -88,3 +90,35 @@ def test_untied_head_missing_from_a_weights_file_is_refused(tiny_model_path: str
         with pytest.raises(ValueError, match="lm_head"):
             asyncio.run(engine.load_weights(1, path))
         assert engine.weight_version() == 0
+
+
+def test_overlapping_weight_loads_apply_in_the_order_they_came(tiny_model_path: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load the trainer gave up on (v1) was still reading its file when v2 came; v2 was read
+    and applied meanwhile, then v1 over it: the engine went back to v1's weights and label."""
+    import safetensors.torch
+
+    engine = HFEngine(tiny_model_path)
+    base = {k: v.clone() for k, v in engine.model.state_dict().items() if k != "lm_head.weight"}  # tied
+    states = {f"v{n}": {k: v + n for k, v in base.items()} for n in (1, 2)}
+    v1_reading, v1_go_on = threading.Event(), threading.Event()
+
+    def load_file(path: str) -> dict[str, torch.Tensor]:
+        if path == "v1":  # a slow read (a wedged or busy file system)
+            v1_reading.set()
+            v1_go_on.wait(60)
+        return states[path]
+
+    monkeypatch.setattr(safetensors.torch, "load_file", load_file)
+
+    async def scenario() -> None:
+        first = asyncio.ensure_future(engine.load_weights(1, "v1"))
+        await asyncio.to_thread(v1_reading.wait, 60)
+        second = asyncio.ensure_future(engine.load_weights(2, "v2"))
+        await asyncio.wait([second], timeout=1.0)  # unserialized, v2 was read and applied by now
+        v1_go_on.set()
+        await asyncio.gather(first, second)
+
+    asyncio.run(scenario())
+    assert engine.weight_version() == 2
+    assert torch.equal(engine.model.state_dict()["model.norm.weight"], states["v2"]["model.norm.weight"])
