@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 
 import pytest
 
 from roll_agentic.reward import LocalRewardClient
+from tests.reward.reward_package import forget_package, write_reward_package
 
 EXITS = """
 import sys
@@ -23,16 +23,8 @@ def reward(summary):
 
 @pytest.fixture
 def exitpkg(tmp_path, monkeypatch):
-    pkg = tmp_path / "exitpkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "exits.py").write_text(EXITS)
-    (pkg / "interrupts.py").write_text(INTERRUPTS)
-    (pkg / "healthy.py").write_text("def reward(summary):\n    return 1.0\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield "exitpkg"
-    for name in [m for m in sys.modules if m == "exitpkg" or m.startswith("exitpkg.")]:
-        del sys.modules[name]
+    yield write_reward_package(tmp_path, monkeypatch, "exitpkg", {"exits": EXITS, "interrupts": INTERRUPTS})
+    forget_package("exitpkg")
 
 
 def _score(package: str, function: str) -> list:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from roll_agentic.reward import LocalRewardClient
+from tests.reward.reward_package import write_reward_package
 
 HANGS = """
 import threading
@@ -28,13 +29,7 @@ def reward(summary):
 
 @pytest.fixture
 def hungpkg(tmp_path, monkeypatch):
-    pkg = tmp_path / "hungpkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "hangs.py").write_text(HANGS)
-    (pkg / "healthy.py").write_text("def reward(summary):\n    return 1.0\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield "hungpkg"
+    yield write_reward_package(tmp_path, monkeypatch, "hungpkg", {"hangs": HANGS})
     hangs = sys.modules.pop("hungpkg.hangs", None)
     if hangs is not None:
         hangs.RELEASE.set()
