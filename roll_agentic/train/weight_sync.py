@@ -76,8 +76,9 @@ class WeightPublisher:
     def publish(self, version: int, state: dict[str, torch.Tensor]) -> dict[str, float]:
         """Writes, loads on every live engine, and returns timings. Dead engines, and
         engines that do not load it within `load_timeout_s`, are counted failed (each
-        logged); when every engine fails, raises: a name or shape mismatch fails them
-        all, and training on while every sample goes stale hid the cause."""
+        logged); when every engine refuses it (an error raised in each), raises: a name
+        or shape mismatch refuses it on all, and training on while every sample goes
+        stale hid the cause."""
         t0 = time.perf_counter()
         path = self.dir / f"weights_v{version}.safetensors"
         tmp = path.with_suffix(".tmp")
@@ -87,13 +88,16 @@ class WeightPublisher:
         t1 = time.perf_counter()
         refs = [e.load_weights.remote(version, str(path)) for e in self.engines]
         errors: list[str] = []
+        refused = 0  # raised in the actor: a name or shape mismatch, a file it cannot open
         deadline = time.monotonic() + self.load_timeout_s
         for i, ref in enumerate(refs):
             try:
                 ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
                 self._loaded[i], self._maybe[i] = version, None
             except ray.exceptions.RayError as err:  # dead, refused, or no answer in time (GetTimeoutError)
-                if not isinstance(err, ray.exceptions.RayTaskError):  # raised in the actor: nothing recorded
+                if isinstance(err, ray.exceptions.RayTaskError):  # raised in the actor: nothing recorded
+                    refused += 1
+                else:
                     self._maybe[i] = version
                 errors.append(f"engine {i}: {_one_line(err)}")
                 log.warning("weight sync v%d: %s", version, errors[-1])
@@ -101,8 +105,10 @@ class WeightPublisher:
         keep = {version, *self._loaded, *self._maybe}
         for v in [v for v in self._files if v not in keep]:
             self._files.pop(v).unlink(missing_ok=True)
-        if self.engines and len(errors) == len(self.engines):
-            raise RuntimeError(f"weight sync v{version}: no engine loaded it; {errors[0]}")
+        # Every engine refused it: the same cause will refuse the next version too. (One that
+        # was restarting or gone restores this file when it is back: a run goes on through it.)
+        if self.engines and refused == len(self.engines):
+            raise RuntimeError(f"weight sync v{version}: every engine refused it; {errors[0]}")
         return {"sync/write_s": t1 - t0, "sync/load_s": t2 - t1, "sync/failed_engines": float(len(errors))}
 
     def close(self) -> None:

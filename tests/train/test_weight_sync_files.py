@@ -106,3 +106,17 @@ def test_a_version_no_engine_loads_stops_the_run_with_the_cause(engines: list[_E
     finally:
         publisher.close()
     assert sum("engine 1: ValueError" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_engines_restarting_through_a_sync_do_not_stop_the_run(engines: list[_Engine]) -> None:
+    """Not refused, only away (an engine actor restarting, as a fault run's engine_die makes
+    it): the restarted engine restores this file, so the run goes on (it was stopped)."""
+    publisher = _publisher(engines, "restarting")
+    for e in engines:
+        e.fail = ray.exceptions.GetTimeoutError("no answer in time")
+    try:
+        out = publisher.publish(1, STATE)
+        assert out["sync/failed_engines"] == 2.0
+        assert _kept(publisher) == ["weights_v1.safetensors"]  # what they restore from
+    finally:
+        publisher.close()
