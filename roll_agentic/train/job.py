@@ -403,7 +403,7 @@ class TrainingJob:
 
     def _save_before_error(self) -> None:
         """A checkpoint of the steps trained since the last one, unless a step is half done."""
-        if self.guard.torn:
+        if self.guard.torn or self.version == 0:  # half done, or nothing trained yet
             return
         last = latest_checkpoint(self.run_dir / "checkpoints")
         if last is not None and last.name == f"step_{self.version:06d}":
