@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from serverless import proctree
+from serverless import logfiles, proctree
 from serverless.functions import FunctionRecord
 
 _HEADER = struct.Struct(">I")
@@ -83,14 +83,13 @@ class Environment:
         except (asyncio.IncompleteReadError, ConnectionError, BrokenPipeError) as e:
             self.kill()
             raise WorkerDied(f"the execution environment exited (code {self.proc.returncode})") from e
-        except (TimeoutError, asyncio.CancelledError):
-            self.kill()  # its reply would arrive for the next request: this worker is done
-            raise
         except ValueError as e:  # a frame that is not JSON: what follows it is out of step too
             self.kill()
             raise ProtocolError(f"the execution environment sent a malformed reply ({type(e).__name__}: {e})") from e
         except BaseException:
-            self.kill()  # anything else unforeseen: never hand this worker another request
+            # Timed out or cancelled: its reply would arrive for the next request, so this worker
+            # is done. Anything else unforeseen: never hand this worker another request either.
+            self.kill()
             raise
         if not isinstance(reply, dict):
             self.kill()
@@ -227,7 +226,7 @@ class EnvironmentPool:
 
     async def _started(self, name: str, tag: str, code_tag: str, timeout_s: int, memory_mb: int,
                        code_dir: Path, env_vars: dict[str, str], t0: float) -> Environment:
-        with open(self.log_dir / f"{name}.log", "ab") as log:
+        with open(logfiles.log_path(self.log_dir, name), "ab") as log:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "serverless.worker",
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log,

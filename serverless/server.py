@@ -345,7 +345,7 @@ class Emulator:
 
     async def logs(self, request: web.Request) -> web.Response:
         name = resolve_name(request.match_info["name"])  # a name, never a path
-        log_dir = Path(self.cfg.state_dir) / "logs"
+        log_dir = self.invoker.log_dir
         if name not in self.store.functions and not logfiles.log_path(log_dir, name).is_file():
             raise errors.not_found(name, self.cfg.region)
         lines_arg = request.query.get("lines", "100")

@@ -37,6 +37,7 @@ from roll_agentic.cluster import freeze_startup_heap
 from roll_agentic.config import EngineConfig
 from roll_agentic.engine.factory import make_engine
 from roll_agentic.engine.protocol import GenerationResult, SamplingParams
+from roll_agentic.error_text import error_line
 
 log = logging.getLogger(__name__)
 # A suspect engine whose probe has not answered this long after its first expired
@@ -99,7 +100,7 @@ class EngineHost:
                 raise FileNotFoundError(f"no file at {restore[1]}")
             await self.engine.load_weights(*restore)
         except Exception as err:  # noqa: BLE001 - the host stays up, refusing work until weights come
-            self._refuse(f"restoring weights v{restore[0]} failed: {_one_line(err)}")
+            self._refuse(f"restoring weights v{restore[0]} failed: {error_line(err)}")
             return
         _record_weights(*restore)
 
@@ -207,10 +208,10 @@ class EngineHost:
         except Exception as err:
             if replaced is not None:  # nor restored: the engine holds its initial weights
                 self._refuse(f"loading weights v{version} failed before v{replaced[0]} was restored: "
-                             f"{_one_line(err)}")
+                             f"{error_line(err)}")
             # A reload that failed half way leaves the engine unhealthy (vllm_engine.py):
             # the host ends now, so that Ray restarts it from the last file it loaded.
-            await self._exit_if_engine_dead(f"its engine is broken by a failed weight load: {_one_line(err)}")
+            await self._exit_if_engine_dead(f"its engine is broken by a failed weight load: {error_line(err)}")
             raise
         self._unserved = None
         _record_weights(version, source)
@@ -331,10 +332,6 @@ def _vocab_size(model_path: str) -> int:
         return int(getattr(AutoConfig.from_pretrained(model_path), "vocab_size", 0) or 0)
     except Exception:  # noqa: BLE001 - a config transformers can't read: the engine will check
         return 0
-
-
-def _one_line(err: BaseException) -> str:
-    return f"{type(err).__name__}: {' '.join(str(err).split())}"
 
 
 def _weights_file() -> Path | None:

@@ -50,6 +50,7 @@ from roll_agentic.config import EngineConfig
 from roll_agentic.engine import shm_sweep
 from roll_agentic.engine.engine_reaper import engine_processes, reap
 from roll_agentic.engine.protocol import GenerationResult, SamplingParams
+from roll_agentic.engine.vllm_extension import refusal_prefix
 from roll_agentic.engine.vllm_logging import quiet_expected_warnings
 
 log = logging.getLogger(__name__)
@@ -196,12 +197,24 @@ class VLLMEngine:
                            top_p=sampling.top_p, stop_token_ids=list(sampling.stop_token_ids),
                            ignore_eos=True, logprobs=0, detokenize=False,
                            output_kind=RequestOutputKind.DELTA, stream_interval=FIRST_AND_LAST_ONLY)
-        prompt = TokensPrompt(prompt_token_ids=[*token_ids, *tokens], cache_salt=f"weights-load{self._loads}")
+        loads = self._loads
+        prompt = TokensPrompt(prompt_token_ids=[*token_ids, *tokens], cache_salt=f"weights-load{loads}")
         request_id = vllm_id.split("/after-sync", 1)[0]
         self._segments[request_id] = vllm_id  # what abort() must name in vLLM now
-        reason, spans, resent = "abort", None, False
+        reason, spans, resent, stale = "abort", None, False, False
+        recompute = self.cfg.sync_in_flight == "recompute"
         async for out in self._live().generate(prompt, params, request_id=vllm_id):
             comp = out.outputs[0]
+            if recompute and self._loads != loads and not stale:
+                # A weight load began after this prompt took its salt. A request that reached
+                # vLLM after the pause's abort sweep was not aborted: it ran after the reload
+                # under the old salt, over prefix blocks the old weights computed. Its output
+                # is dropped and it is aborted: `generate` goes on from a prompt with the new
+                # salt (so does an output made before the pause and read after: only re-done).
+                stale = True
+                await self._live().abort(vllm_id)
+            if stale:
+                continue  # until vLLM ends the stream
             for pos, tok in zip(comp.logprobs or [], comp.token_ids, strict=True):
                 tokens.append(int(tok))
                 logprobs.append(float(pos[tok].logprob))
@@ -210,7 +223,7 @@ class VLLMEngine:
             elif self._running[request_id] and not resent:  # aborted before vLLM knew the request
                 resent = True
                 await self._live().abort(vllm_id)
-        return reason, spans
+        return ("abort", None) if stale else (reason, spans)
 
     async def abort(self, request_id: str) -> None:
         """Ends that request only; its caller gets the tokens made so far, reason "abort"."""
@@ -257,7 +270,7 @@ class VLLMEngine:
                 except BaseException as err:  # a cancelled load too: the reload runs on in vLLM
                     # Resumed, it served half-replaced weights under the old label; broken, its host
                     # ends and Ray restarts it. The worker's name/shape checks precede any change.
-                    if f"reload_weights_from_file({source}): " not in str(err):
+                    if refusal_prefix(source) not in str(err):
                         self._broken = f"weights v{version} failed half way ({type(err).__name__}: {err})"
                         log.error("VLLMEngine: %s; generation stays paused", " ".join(self._broken.split()))
                     raise

@@ -31,6 +31,12 @@ _DERIVED_LAYERS = frozenset({"RotaryEmbedding"})
 _RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
 
 
+def refusal_prefix(path: str) -> str:
+    """How the worker's refusal of the file at `path` begins (names or shapes not the model's,
+    found before any weight changed): the engine tells it from a reload failed half way by it."""
+    return f"reload_weights_from_file({path}): "
+
+
 class DerivedLayerReloadFilter(logging.Filter):
     """Drops vLLM's reload warning for layers with no checkpoint tensors; keeps every other record."""
 
@@ -105,14 +111,14 @@ class WeightReloadExtension:
             missing = sorted(expected - state.keys())
             unexpected = sorted(state.keys() - expected)
             if missing or unexpected:
-                raise ValueError(f"reload_weights_from_file({path}): missing {missing[:3]} "
+                raise ValueError(f"{refusal_prefix(path)}missing {missing[:3]} "
                                  f"({len(missing)}), unexpected {unexpected[:3]} ({len(unexpected)})")
             # A wrong shape fails inside the layerwise reload, after it took the model's
             # tensors apart: the worker then failed and took the engine core down with it.
             wrong = [f"{k} {tuple(v.shape)} (model: {self._roll_shapes[k]})" for k, v in sorted(state.items())
                      if tuple(v.shape) != self._roll_shapes[k]]
             if wrong:
-                raise ValueError(f"reload_weights_from_file({path}): wrong shape for {len(wrong)} "
+                raise ValueError(f"{refusal_prefix(path)}wrong shape for {len(wrong)} "
                                  f"tensor(s): {wrong[:3]}")
         if tied and _EMBED in state:
             # The tied head is its own layer in vLLM: layerwise reload only re-processes

@@ -19,6 +19,7 @@ from pathlib import Path
 from roll_agentic.config import Config, validate
 from roll_agentic.mux.rollback_mark import checkpoint_step
 from roll_agentic.train.checkpoint import latest_checkpoint
+from roll_agentic.train.run_lock import free_name
 
 
 def _runs_of(jobs: Path, name: str) -> list[Path]:
@@ -40,11 +41,7 @@ def job_folder(jobs: Path, name: str, resume: bool) -> tuple[str, bool]:
                 saved.append((checkpoint_step(ckpt), ckpt.stat().st_mtime, run.name))
         if saved:
             return max(saved)[2], True
-    run_name, n = name, 1
-    while (jobs / run_name).exists():
-        n += 1
-        run_name = f"{name}-{n}"
-    return run_name, False
+    return free_name(jobs, name), False
 
 
 def job_config(cfg: Config, jobs: Path, name: str, engines: int, resume: bool = False) -> Config:

@@ -26,7 +26,7 @@ import ray
 
 from roll_agentic.config import Config
 from roll_agentic.mux.job_state import JobRecord
-from roll_agentic.mux.phase_waits import JobFailed, await_batch, drain
+from roll_agentic.mux.phase_waits import JobFailed, await_batch, drain, rollout_limit
 from roll_agentic.train.evaluation import Evaluation
 
 
@@ -96,14 +96,17 @@ class HeldEvaluation:
         self.record.phase = "waiting eval"
         async with self._hold("eval", nodes):
             self.record.phase = "eval"
-            try:
-                await drain(engines)
-                await self._load_weights(engines)
-                await self._evaluate_held_row()
-                await drain(engines)
-            except BaseException:
-                self._kill_workers()
-                with contextlib.suppress(Exception):
-                    await drain(engines, timeout_s=60.0)
-                raise
+            # The whole held phase has a limit, as a rollout phase's: a weight load or a drain
+            # that never answers must not hold the nodes for ever (the episodes have their own).
+            async with rollout_limit("eval", self.phase_timeout_s, nodes):
+                try:
+                    await drain(engines)
+                    await self._load_weights(engines)
+                    await self._evaluate_held_row()
+                    await drain(engines)
+                except BaseException:
+                    self._kill_workers()
+                    with contextlib.suppress(Exception):
+                        await drain(engines, timeout_s=60.0)
+                    raise
         Path(self._weights_path(self.version)).unlink(missing_ok=True)

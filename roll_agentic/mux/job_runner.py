@@ -41,7 +41,7 @@ from roll_agentic.mux.job_stop import StopAndResume
 from roll_agentic.mux.phase_board import PhaseBoard
 from roll_agentic.mux.phase_waits import JobFailed, await_batch, drain, rollout_limit
 from roll_agentic.mux.profile import PhaseKind
-from roll_agentic.train.checkpoint import latest_checkpoint
+from roll_agentic.train.checkpoint import is_latest
 from roll_agentic.train.evaluation import evaluation_due
 from roll_agentic.train.step_metrics import rollout_metrics
 from roll_agentic.train.trainer import samples_from_groups
@@ -319,8 +319,7 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery, StopAndResume):
 
     def checkpointed_at_version(self) -> bool:
         """Whether the job's latest checkpoint holds its current state (it can switch in cold)."""
-        ckpt = latest_checkpoint(self.run_dir / "checkpoints")
-        return ckpt is not None and ckpt.name == f"step_{self.version:06d}"
+        return is_latest(self.run_dir / "checkpoints", self.version)
 
     async def _run_state(self, untrained: bool = False) -> dict:
         # untrained: the batch taken since the last advance goes back into the stream (a stop mid-step).

@@ -22,6 +22,11 @@ class JobState(StrEnum):
         return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED, JobState.REFUSED, JobState.STOPPED)
 
 
+# `first_admitted_end` of a record that does not say (one saved before records had it): the
+# probe's default `profile_steps` (mux_config.py) came before its first admitted step.
+DEFAULT_FIRST_ADMITTED_END = 2
+
+
 def iteration_times(step_ends: list[float], first_admitted_end: int) -> list[float]:
     """Train end to train end from the first admitted step's end: the iteration ending there
     held the wait for placement and the cold switch-in, not a step of the co-run."""
@@ -58,7 +63,7 @@ class JobRecord:
     # Index in `step_ends` of its first admitted step's end (the probe's `profile_steps` come
     # before): iterations count from there. A fixed 2 took the placement wait and the cold
     # switch-in for an iteration when the probe took more steps, reading as a missed SLO.
-    first_admitted_end: int = 2
+    first_admitted_end: int = DEFAULT_FIRST_ADMITTED_END
     switches: list[dict] = field(default_factory=list)  # SwitchRecord of each train switch-in
     # "step V -> N: why" for each time its state was lost and it went back to a checkpoint
     rollbacks: list[str] = field(default_factory=list)

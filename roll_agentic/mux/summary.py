@@ -14,7 +14,7 @@ from pathlib import Path
 
 import matplotlib
 
-from roll_agentic.mux.job_state import iteration_times
+from roll_agentic.mux.job_state import DEFAULT_FIRST_ADMITTED_END, iteration_times
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 def _iteration_s(job: dict) -> float | None:
     # From the job's first admitted step, as `mux status` counts (a pass recorded before
     # the record had the index: its probe took the default 2 steps).
-    its = iteration_times(job["step_ends"], job.get("first_admitted_end", 2))
+    its = iteration_times(job["step_ends"], job.get("first_admitted_end", DEFAULT_FIRST_ADMITTED_END))
     return statistics.fmean(its) if its else None
 
 

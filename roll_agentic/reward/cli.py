@@ -20,6 +20,7 @@ DEFAULT_ENV = "envs.frozenlake:FrozenLakeText"
 def _cmd_check(args: argparse.Namespace) -> int:
     from roll_agentic.arg_types import json_object
     from roll_agentic.config import TaskConfig
+    from roll_agentic.reward.local import has_handler
     from roll_agentic.reward.reward_ref import module_name, syntax_problem
     from roll_agentic.rollout.task_check import task_problem
 
@@ -39,7 +40,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"FAIL {problem.removeprefix('tasks[0] (check): ')}", file=sys.stderr)
         return 1
     if args.local:  # what reward=local runs call (`reward.local.scoring_call`)
-        calls = "handler(event, context)" if callable(getattr(importlib.import_module(module_name(args.module)), "handler", None)) else "reward(summary)"
+        calls = "handler(event, context)" if has_handler(importlib.import_module(module_name(args.module))) else "reward(summary)"
     else:
         calls = "reward(summary) and handler(event, context)"
     print(f"PASS reward {args.module!r}: {calls} scored a one-turn episode of {args.env}")

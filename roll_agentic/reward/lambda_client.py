@@ -128,6 +128,17 @@ class _Attempts:
     # the next call would meet again; not a throttle, a timeout or the service (failures.py).
     deterministic: bool = False
 
+    @property
+    def other_retries(self) -> int:
+        """The retries after anything but a throttle, counted against max_retries."""
+        return self.retries - self.throttle_retries
+
+
+def _backoff_s(base: float, cap: float, n: int) -> float:
+    """The wait before the `n`-th retry: exponential from `base`, at most `cap`, with jitter
+    (one random draw) that spreads a burst of retries."""
+    return min(cap, base * 2 ** (n - 1)) * random.uniform(0.5, 1.0)
+
 
 class ServerlessRewardClient:
     def __init__(
@@ -225,7 +236,7 @@ class ServerlessRewardClient:
                 if a.throttled:
                     budget_left = a.throttle_retries < self.max_throttle_retries
                 else:
-                    budget_left = a.retries - a.throttle_retries < self.max_retries
+                    budget_left = a.other_retries < self.max_retries
                 if not retryable or not budget_left:
                     if retryable:
                         error = f"gave up after {a.retries + 1} attempts; last: {error}"
@@ -236,15 +247,14 @@ class ServerlessRewardClient:
                     a.throttle_retries += 1
                     await asyncio.sleep(self.throttle_delay_s(a.throttle_retries, a.retry_after_s))
                 else:
-                    delay = min(self.backoff_max_s, self.backoff_base_s * 2 ** (a.retries - a.throttle_retries - 1))
-                    await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # jitter spreads a burst of retries
+                    await asyncio.sleep(_backoff_s(self.backoff_base_s, self.backoff_max_s, a.other_retries))
 
     def throttle_delay_s(self, n: int, retry_after: float | None) -> float:
         """The wait before the `n`-th retry after a throttle: exponential with jitter, and
         not before the service's Retry-After (a little after it, so that a burst throttled
         together does not come back at the same instant); at most throttle_backoff_max_s."""
         cap = self.throttle_backoff_max_s
-        delay = min(cap, self.throttle_backoff_base_s * 2 ** (n - 1)) * random.uniform(0.5, 1.0)
+        delay = _backoff_s(self.throttle_backoff_base_s, cap, n)
         if retry_after is not None:
             delay = max(delay, retry_after * random.uniform(1.0, 1.2))
         return min(cap, delay)

@@ -55,8 +55,8 @@ STUCK_PER_SLOT = 2
 class HandlerContext:
     """The part of Lambda's handler `context` a reward reads: the time it has left.
 
-    Public: the start check (rollout/task_check.py) calls a handler with one too, so a
-    handler that budgets its time passes there exactly as it runs here."""
+    Made only by `scoring_call`, which the start check (rollout/task_check.py) calls too:
+    a handler that budgets its time passes there exactly as it runs here."""
 
     deadline: float | None  # time.monotonic() by which the call must be done; None: no limit
     function_name: str = ""
@@ -71,12 +71,18 @@ class RewardExited(RuntimeError):
     """A reward function raised SystemExit (it called sys.exit()): a failed reward, not a worker exit."""
 
 
+def has_handler(mod: ModuleType) -> bool:
+    """Whether the reward module has a Lambda `handler(event, context)`: then it is what scores
+    in process too (`scoring_call`)."""
+    return callable(getattr(mod, "handler", None))
+
+
 def scoring_call(mod: ModuleType, function: str, deadline: float | None) -> Callable[[dict], object]:
     """What scores a summary in process: the module's `handler(event, context)` where it has one
     (as the serverless client runs it), else `reward(summary)`. The start check calls the same."""
-    handler = getattr(mod, "handler", None)
-    if not callable(handler):
+    if not has_handler(mod):
         return mod.reward
+    handler = mod.handler
 
     def call(summary: dict) -> object:
         return handler(summary, HandlerContext(deadline, function))

@@ -29,6 +29,12 @@ def _short(value: Any) -> str:
 FLAG_TYPES = (bool, int, np.bool_, np.integer)  # numpy bools and ints, as many gymnasium envs return
 
 
+def check_flag(where: str, name: str, value: Any) -> None:
+    """EnvContractError unless `value` is a flag (a bool or an int, numpy's too): "<where>: <name> ..."."""
+    if not isinstance(value, FLAG_TYPES):
+        raise EnvContractError(f"{where}: {name} must be a bool, got {_short(value)}")
+
+
 def _check_text(obs: Any, where: str) -> None:
     if not isinstance(obs, str):
         raise EnvContractError(f"{where}: observation must be str, got {_short(obs)}")
@@ -59,17 +65,16 @@ def check_step(out: Any) -> tuple[str, float, bool, bool, dict]:
     _check_text(obs, "step")
     if isinstance(reward, bool) or not isinstance(reward, Real) or not math.isfinite(float(reward)):
         raise EnvContractError(f"step: reward must be a finite number, got {_short(reward)}")
-    for name, flag in (("terminated", terminated), ("truncated", truncated)):
-        if not isinstance(flag, FLAG_TYPES):
-            raise EnvContractError(f"step: {name} must be a bool, got {_short(flag)}")
+    check_flag("step", "terminated", terminated)
+    check_flag("step", "truncated", truncated)
     if not isinstance(info, dict):
         raise EnvContractError(f"step: info must be dict, got {_short(info)}")
     # The worker reads these as flags: one without a truth value (a numpy array of several
     # values) raised in the worker, outside the env call, and was taken for an engine failure;
     # a string one ("False") was read as True.
     for key in ("invalid_action", "success"):
-        if key in info and not isinstance(info[key], FLAG_TYPES):
-            raise EnvContractError(f"step: info[{key!r}] must be a bool, got {_short(info[key])}")
+        if key in info:
+            check_flag("step", f"info[{key!r}]", info[key])
     return out
 
 

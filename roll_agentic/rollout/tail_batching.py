@@ -140,11 +140,16 @@ class TailBatchingBuffer(TrajectoryBuffer):
             fill += reused + [(t.name, self.rng.randrange(2**31)) for _ in range(need - len(reused))]
         return fill
 
-    def _requeue(self, prompts: list[tuple[str, int]]) -> None:
-        """Prompts a short round issues before fresh ones (after those already requeued); as
-        in the plain buffer's resume, one of a task no longer configured has no worker to run it."""
-        self._requeued.extend(Ticket("", task, seed, self._group_size[task], self.state.version)
-                              for task, seed in prompts if task in self._group_size)
+    def _requeue(self, prompts: list[tuple[str, int]], front: bool = False) -> None:
+        """Prompts a short round issues before fresh ones (after those already requeued; `front`:
+        before them, in this order); as in the plain buffer's resume, one of a task no longer
+        configured has no worker to run it."""
+        tickets = [Ticket("", task, seed, self._group_size[task], self.state.version)
+                   for task, seed in prompts if task in self._group_size]
+        if front:
+            self._requeued.extendleft(reversed(tickets))
+        else:
+            self._requeued.extend(tickets)
 
     def _close_round(self) -> None:
         for gid in list(self._round_groups):  # still running: abort and queue as long prompts
@@ -156,9 +161,8 @@ class TailBatchingBuffer(TrajectoryBuffer):
         self._round_groups.clear()
         # Carried prompts no worker took before the round closed go back to the head of the
         # queue (the next short round issues them first); clearing them lost them for good.
-        carried = [t for t in self._round_tickets if (t.task, t.seed) in self._round_carried]
-        self._requeued.extendleft(Ticket("", t.task, t.seed, self._group_size[t.task], self.state.version)
-                                  for t in reversed(carried))
+        self._requeue([(t.task, t.seed) for t in self._round_tickets if (t.task, t.seed) in self._round_carried],
+                      front=True)
         self._round_tickets.clear()
         self.closed_round_kind = self.round_kind
         self.tail["fill_prompts"] += self._round_target - self.groups_per_step  # counted once trained

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 
 from roll_agentic.config import TaskConfig
-from roll_agentic.reward.local import scoring_call
+from roll_agentic.reward.local import has_handler, scoring_call
 from roll_agentic.reward.outcome import parse_reward
 from roll_agentic.reward.reward_ref import TopLevelModule, module_name, shown_as, source_file
 from roll_agentic.rollout.env_contract import check_reset, check_step
@@ -198,36 +198,44 @@ def _reward_problem(name: str, summary: dict, need_handler: bool = False) -> str
     # its faults are named as its own); in process, LocalRewardClient runs `handler` where
     # the module has one and `reward` otherwise, so a broken handler failed every
     # trajectory of a reward=local run that this check had passed.
-    handler = getattr(module, "handler", None)
-    if need_handler or not callable(handler):
+    with_handler = has_handler(module)
+    if need_handler or not with_handler:
         result, error, finished = _call_reward(module.reward, summary)
         if not finished:
             # Not refused: a first call may load a model for longer than this. The run's
             # own reward timeouts deal with one that never returns; the start goes on.
             return ""
-        if error is not None:
-            return (f"reward {name!r}: {file}'s reward(summary) raised {type(error).__name__}: {error} "
-                    f"on a one-turn episode's summary (keys: {', '.join(summary)})")
-        value, why = parse_reward(result)
-        if value is None:
-            return (f"reward {name!r}: {file}'s reward(summary) must return a finite number "
-                    f"(or {{'reward': number}}); {why}")
-    if callable(handler):
+        problem = _scoring_problem(result, error, f"reward {name!r}: {file}'s reward(summary)",
+                                   f" (keys: {', '.join(summary)})",
+                                   "a finite number (or {'reward': number})")
+        if problem:
+            return problem
+    if with_handler:
         # What the Lambda runtime (and, in process, LocalRewardClient) calls: a handler returning
         # {"score": ...} passed the check above and failed every trajectory of the run
         # (reward_failed), a minute later. Its context is a real one, as both give it: a handler
         # that budgets its time by context.get_remaining_time_in_millis() failed on None.
         deadline = time.monotonic() + REWARD_CHECK_TIMEOUT_S
         call = scoring_call(module, name, deadline)
-        result, error, finished = _call_in_thread(functools.partial(call, summary), REWARD_CHECK_TIMEOUT_S)
+        result, error, finished = _call_reward(call, summary)
         where = "" if need_handler else " (reward=local runs call it too: a module's handler is what they score with)"
-        if finished and error is not None:
-            return (f"reward {name!r}: {file}'s handler(event, context) raised {type(error).__name__}: "
-                    f"{error} on a one-turn episode's summary as the event{where}")
-        value, why = parse_reward(result)
-        if finished and value is None:
-            return (f"reward {name!r}: {file}'s handler(event, context) must return "
-                    f"{{'reward': number}}, as `return {{'reward': reward(event)}}` does; {why}{where}")
+        if finished:  # one that did not finish in time is let through, as reward() above
+            return _scoring_problem(result, error, f"reward {name!r}: {file}'s handler(event, context)",
+                                    " as the event", "{'reward': number}, as `return {'reward': reward(event)}` does",
+                                    where)
+    return ""
+
+
+def _scoring_problem(result: object, error: BaseException | None, called: str, event: str, returns: str,
+                     where: str = "") -> str:
+    """Why one finished check call of a reward module scored nothing, or "": `called` (who was
+    called) raised `error` on the summary (`event`: how it was passed), or its `result` is no
+    reward (`returns`: what it must return instead); `where` ends either message."""
+    if error is not None:
+        return f"{called} raised {type(error).__name__}: {error} on a one-turn episode's summary{event}{where}"
+    value, why = parse_reward(result)
+    if value is None:
+        return f"{called} must return {returns}; {why}{where}"
     return ""
 
 

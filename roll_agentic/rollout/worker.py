@@ -29,6 +29,7 @@ from roll_agentic.engine.engine_client import (
 from roll_agentic.engine.protocol import SamplingParams
 from roll_agentic.engine.router_client import CoalescingRouterClient
 from roll_agentic.rollout.conversation import Conversation, chat_format_for
+from roll_agentic.rollout.engine_watch import wait_until_back
 from roll_agentic.rollout.env_calls import EnvCalls, EnvFailure, PromptTooLong
 from roll_agentic.rollout.trajectory import Ticket, Trajectory, Turn, json_scalars
 
@@ -278,19 +279,9 @@ class RolloutWorker:
         if index not in self._watched:  # the task is held here: a bare task may be collected
             self._watched[index] = asyncio.get_running_loop().create_task(self._revive(index))
 
-    async def _revive(self, index: int, tries: int = 120) -> None:
-        import ray
-
+    async def _revive(self, index: int) -> None:
         try:
-            for _ in range(tries):
-                try:
-                    await asyncio.wait_for(self.engines[index].ping.remote(), 10.0)
-                    await self.router.mark_alive.remote(index)
-                    return
-                except ray.exceptions.ActorDiedError:
-                    return  # out of restarts: it stays dead, the other engines serve
-                except Exception:  # still restarting (unavailable, or the ping timed out)
-                    await asyncio.sleep(1.0)
+            await wait_until_back(self.engines[index], self.router, index, lambda: self._stop)
         finally:
             self._watched.pop(index, None)
 

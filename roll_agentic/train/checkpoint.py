@@ -70,13 +70,18 @@ def _saving(pid: str) -> bool:
     return True
 
 
+def checkpoint_name(step: int) -> str:
+    """The folder of step `step`'s checkpoint, under the checkpoints root."""
+    return f"step_{step:06d}"
+
+
 def save_checkpoint(ckpt_root: str | Path, step: int, weights: dict[str, torch.Tensor],
                     trainer_state: dict, run_state: dict[str, Any], keep: int = 2) -> Path:
     root = Path(ckpt_root)
     root.mkdir(parents=True, exist_ok=True)
     _recover_set_aside(root)  # before its sweep, which would delete the only whole copy
-    final = root / f"step_{step:06d}"
-    tmp = root / f"step_{step:06d}.tmp-{os.getpid()}"
+    final = root / checkpoint_name(step)
+    tmp = root / f"{final.name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
@@ -152,6 +157,12 @@ def latest_checkpoint(ckpt_root: str | Path) -> Path | None:
                 newest is None or _step_of(candidate) >= _step_of(newest)):
             return candidate
     return newest
+
+
+def is_latest(ckpt_root: str | Path, step: int) -> bool:
+    """Whether the newest complete checkpoint under `ckpt_root` is step `step`'s."""
+    last = latest_checkpoint(ckpt_root)
+    return last is not None and last.name == checkpoint_name(step)
 
 
 def load_run_state(path: str | Path) -> dict:

@@ -22,7 +22,12 @@ from roll_agentic.config import Config, effective_pools, validate
 from roll_agentic.engine.pool_stats import collect_engine_stats
 from roll_agentic.engine.router import Router, router_kwargs
 from roll_agentic.rollout.buffer import RolloutFailing
-from roll_agentic.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from roll_agentic.train.checkpoint import (
+    is_latest,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from roll_agentic.train.evaluation import evaluation_due, run_evaluation
 from roll_agentic.train.job_setup import (
     check_before_start,
@@ -405,8 +410,7 @@ class TrainingJob:
         """A checkpoint of the steps trained since the last one, unless a step is half done."""
         if self.guard.torn or self.version == 0:  # half done, or nothing trained yet
             return
-        last = latest_checkpoint(self.run_dir / "checkpoints")
-        if last is not None and last.name == f"step_{self.version:06d}":
+        if is_latest(self.run_dir / "checkpoints", self.version):
             return  # nothing trained since
         try:
             print(f"saving a checkpoint before stopping on the error: {self.checkpoint(untrained=True)}",

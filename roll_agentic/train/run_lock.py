@@ -57,9 +57,13 @@ class RunDirLock:
 
 def fresh_run_name(root: Path, prefix: str = "") -> str:
     """`prefix` and a timestamp, with -2, -3, ... after it when a run of the same second has that folder."""
-    stamp = prefix + dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    name, n = stamp, 1
+    return free_name(root, prefix + dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
+
+
+def free_name(root: Path, base: str) -> str:
+    """`base`, or the first of `base`-2, `base`-3, ... that names nothing under `root`."""
+    name, n = base, 1
     while (Path(root) / name).exists():
         n += 1
-        name = f"{stamp}-{n}"
+        name = f"{base}-{n}"
     return name

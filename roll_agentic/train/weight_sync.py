@@ -22,6 +22,8 @@ import ray
 import torch
 from safetensors.torch import save_file
 
+from roll_agentic.error_text import error_line
+
 log = logging.getLogger(__name__)
 
 
@@ -124,6 +126,4 @@ def _one_line(err: Exception) -> str:
     """The error's type and message in one line: for an error raised in the actor, its
     cause (Ray's text for it is the whole remote traceback)."""
     cause = getattr(err, "cause", None) if isinstance(err, ray.exceptions.RayTaskError) else None
-    shown = cause if isinstance(cause, BaseException) else err
-    text = " ".join(str(shown).split())
-    return f"{type(shown).__name__}: {text[:500]}"
+    return error_line(cause if isinstance(cause, BaseException) else err, limit=500)

@@ -27,8 +27,10 @@ class _FakeLLM:
         self.streams: dict[str, asyncio.Queue] = {}
         self.calls: list[str] = []
         self.reload_error: Exception | None = None
+        self.prompts: dict[str, object] = {}
 
     async def generate(self, prompt, params, request_id: str):
+        self.prompts[request_id] = prompt
         queue = self.streams[request_id] = asyncio.Queue()
         while True:
             out = await queue.get()
@@ -127,3 +129,32 @@ def test_a_reload_refused_before_any_tensor_changed_resumes_serving(engine, tmp_
         asyncio.run(engine.load_weights(1, str(path)))
     assert fake.calls == ["pause", "reload_weights_from_file", "resume"]
     assert engine.healthy() and engine.weight_version() == 0
+
+
+def test_a_request_that_raced_a_reload_is_recomputed_under_the_new_salt(engine, tmp_path) -> None:
+    """A request that reached vLLM after the pause's abort sweep ran after the reload under the
+    salt it was built with: its prompt reused prefix blocks the old weights had computed."""
+    fake = engine._llm
+    weights = tmp_path / "w.safetensors"
+    weights.write_bytes(b"")  # the fake reload never reads it
+
+    async def scenario():
+        task = asyncio.ensure_future(engine.generate([1, 2, 3], SamplingParams(max_tokens=50), "r"))
+        while "r" not in fake.streams:
+            await asyncio.sleep(0)
+        await engine.load_weights(1, str(weights))  # the fake's pause aborts nothing: "r" raced it
+        fake.push("r", [5, 6], "stop")  # made after the reload, over the old weights' prefix blocks
+        for _ in range(10_000):  # bounded: the old code took these tokens and sent nothing more
+            if "r/after-sync1" in fake.streams or task.done():
+                break
+            await asyncio.sleep(0)
+        if "r/after-sync1" in fake.streams:
+            fake.push("r/after-sync1", [7], "stop")
+        done, _ = await asyncio.wait([task], timeout=30)
+        return task.result() if done else None
+
+    result = asyncio.run(scenario())
+    assert result is not None and result.token_ids == [7] and result.finish_reason == "stop"
+    assert fake.prompts["r"]["cache_salt"] == "weights-load0"
+    assert fake.prompts["r/after-sync1"]["cache_salt"] == "weights-load1"
+    assert fake.prompts["r/after-sync1"]["prompt_token_ids"] == [1, 2, 3]

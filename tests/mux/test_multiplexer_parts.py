@@ -242,17 +242,6 @@ def test_a_job_that_cannot_start_is_refused_with_its_reason_not_left_profiling(t
     assert again["state"] == "refused" and "algo.alpha" in again["reason"]
 
 
-def test_a_name_submitted_again_runs_in_a_directory_of_its_own(tmp_path, tiny_model_path):
-    """In the first run's directory the trainer resumed that run's checkpoint against fresh engines."""
-    from roll_agentic.mux.multiplexer import Multiplexer
-
-    mux = Multiplexer(MuxConfig(residency_budget_bytes=1 << 30), str(tmp_path), tiny_model_path)
-    first = mux._job_config(_job_cfg(), "a", 1)
-    assert first.run_name == "a"
-    (tmp_path / "jobs" / "a" / "checkpoints").mkdir(parents=True)
-    assert mux._job_config(_job_cfg(), "a", 1).run_name == "a-2"
-
-
 @pytest.mark.parametrize(("text", "message"), [
     ("name: [x\n", "is not valid YAML"),
     ("- 1\n- 2\n", "expected a mapping of mux settings"),
@@ -396,38 +385,3 @@ def test_status_says_the_live_slowdown_is_against_the_worst_case_profile():
                     step_ends=[0.0, 1.0, 2.0, 9.1, 16.2])
     snap = {"name": "m", "run_dir": "r", "uptime_s": 1.0, "jobs": [rec.to_dict()]}
     assert "slowdown 0.71x of profile / SLO 1.50x" in format_status(snap)
-
-
-def test_resume_finds_the_run_to_go_on_with_or_says_why_not(tmp_path):
-    from roll_agentic.mux.session import run_to_resume
-
-    m = MuxConfig(name="two", output_dir=str(tmp_path / "out"))
-    with pytest.raises(FileNotFoundError, match="no run of 'two' under"):
-        run_to_resume(m, "latest")
-    old, new = tmp_path / "out" / "two-20261101-000000", tmp_path / "out" / "my-sweep"  # --run-name my-sweep
-    for run in (old, new):
-        (run / "jobs").mkdir(parents=True)
-        (run / "mux_run.json").write_text('{"name": "two"}')
-    other = tmp_path / "out" / "three-20261105-000000"  # another yaml's run, newer
-    (other / "jobs").mkdir(parents=True)
-    (other / "mux_run.json").write_text('{"name": "three"}')
-    import os
-
-    os.utime(new, (2, 2))
-    os.utime(other, (3, 3))
-
-    os.utime(old, (1, 1))
-    assert run_to_resume(m, "latest") == new
-    assert run_to_resume(m, old.name) == old
-    assert run_to_resume(m, str(old)) == old
-    # Stopped during its solo baseline: the newest run has no jobs/, and no older run is taken instead.
-    (tmp_path / "out" / "two-20261103-000000" / "solo").mkdir(parents=True)
-    (tmp_path / "out" / "two-20261103-000000" / "mux_run.json").write_text('{"name": "two"}')
-    with pytest.raises(FileNotFoundError, match="has no jobs to go on with"):
-        run_to_resume(m, "latest")
-    with pytest.raises(FileNotFoundError, match="has no jobs to go on with"):
-        run_to_resume(m, "two-20261103-000000")
-    elsewhere = tmp_path / "elsewhere" / "two-1"
-    (elsewhere / "jobs").mkdir(parents=True)
-    with pytest.raises(FileNotFoundError, match="not under this yaml's output_dir"):
-        run_to_resume(m, str(elsewhere))

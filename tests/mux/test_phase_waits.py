@@ -107,3 +107,37 @@ def test_a_wedged_engine_call_in_a_rollout_phase_fails_the_job_and_lets_go_of_th
             await runner.close()
 
     assert asyncio.run(main())["holder"] is None
+
+
+def test_a_wedged_weight_load_in_the_last_evaluation_fails_the_job_and_lets_go_of_the_node(monkeypatch, tmp_path):
+    """The last step's evaluation takes a held phase of its own: its weight load had no limit,
+    so an engine that never answered held the rollout node for ever."""
+    from roll_agentic.config import Config
+    from roll_agentic.mux import phase_waits
+    from roll_agentic.mux.job_runner import JobRunner
+    from roll_agentic.mux.job_state import JobRecord
+    from roll_agentic.mux.phase_board import PhaseBoard
+
+    monkeypatch.setattr(phase_waits, "ROLLOUT_LOAD_MARGIN_S", 0.0)
+
+    def wedged(*_a):
+        return asyncio.get_running_loop().create_future()
+
+    cfg = Config()
+    cfg.output_dir, cfg.run_name = str(tmp_path / "jobs"), "j"
+
+    async def main() -> dict:
+        board = PhaseBoard()
+        board.add_node("r", "rollout")
+        runner = JobRunner(cfg, JobRecord("j", 2.0, 10), board, {"r": [_engine(load_weights=wedged)]}, {}, 0.05)
+        runner.model_path = str(tmp_path)
+        runner.version, runner.worker_engines = 3, ["r"]
+        runner._held_row = (3, {"loss": 0.0})  # step 3's evaluation is due
+        try:
+            with pytest.raises(JobFailed, match=r"eval phase exceeded 1x phase_timeout_s=0.05 .* on r"):
+                await asyncio.wait_for(runner.evaluate_last(), 30)
+            return board.snapshot()["r"]
+        finally:
+            await runner.close()
+
+    assert asyncio.run(main())["holder"] is None
