@@ -72,6 +72,7 @@ class Multiplexer:
         self._failing: set[str] = set()  # jobs the multiplexer ends for a fault (shown failed, not cancelled)
         self._stopping = False  # `stop` was called: jobs end checkpointed, none is admitted
         self.closing: set[str] = set()  # jobs in their clean-up (job_exit.py): cancel and stop leave them be
+        self._probing: dict[str, list[str]] = {}  # job -> the nodes its probe was given (until it ends)
 
     async def start(self) -> bool:
         """Builds the pools: engines per rollout node, one trainer process per training node."""
@@ -201,13 +202,17 @@ class Multiplexer:
         return [n for n in names if n not in used]
 
     def _probe_nodes(self) -> tuple[list[str], str]:
-        # Free nodes first (nobody is slowed); else the node with the shortest FIFO.
+        # Free nodes first (nobody is slowed), the fewest probes on them first (jobs submitted
+        # together all probed on the first free node, one after the other, while others idled);
+        # else the node with the shortest FIFO.
+        probing = [n for nodes in self._probing.values() for n in nodes]
+
         def pick(pool: Pool) -> str:
-            free = self._free(pool)
-            if free:
-                return free[0]
+            free = set(self._free(pool))
             names = self.engines if pool is Pool.ROLLOUT else self.slots
-            return min(names, key=lambda n: len(self.board.nodes[n].fifo))
+            if free:
+                return min((n for n in names if n in free), key=probing.count)
+            return min(names, key=lambda n: (probing.count(n), len(self.board.nodes[n].fifo)))
         return [pick(Pool.ROLLOUT)], pick(Pool.TRAIN)
 
     async def _lifecycle(self, cfg: Config, rec: JobRecord, model_path: str) -> None:
@@ -218,11 +223,15 @@ class Multiplexer:
         placed = False
         try:
             rollout_nodes, train_node = self._probe_nodes()
-            await runner.setup(model_path, train_node, rollout_nodes)
-            if runner.version >= cfg.trainer.total_steps:  # resumed from its last step's checkpoint
-                rec.state = JobState.DONE
-                return
-            prof = await runner.probe(rollout_nodes, train_node, self.m.profile_margin, self.m.profile_steps)
+            self._probing[rec.name] = [*rollout_nodes, train_node]
+            try:
+                await runner.setup(model_path, train_node, rollout_nodes)
+                if runner.version >= cfg.trainer.total_steps:  # resumed from its last step's checkpoint
+                    rec.state = JobState.DONE
+                    return
+                prof = await runner.probe(rollout_nodes, train_node, self.m.profile_margin, self.m.profile_steps)
+            finally:
+                del self._probing[rec.name]
             if runner.stop_requested:  # its probe saved the step in hand
                 return await stopped(rec, runner, self.m.phase_timeout_s)
             if runner.version >= cfg.trainer.total_steps:  # a job shorter than its probe

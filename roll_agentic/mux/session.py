@@ -27,7 +27,7 @@ from roll_agentic.hydra_config import load_config
 from roll_agentic.mux.job_state import format_status
 from roll_agentic.mux.multiplexer import ACTOR_NAME, NAMESPACE, multiplexer_actor
 from roll_agentic.mux.mux_config import JobSpec, MuxConfig
-from roll_agentic.mux.summary import write_summary
+from roll_agentic.mux.summary import earlier_passes, write_summary
 from roll_agentic.train.run_lock import RunDirLock, fresh_run_name
 from roll_agentic.train.termination import SigtermAsInterrupt, Terminated
 
@@ -177,6 +177,10 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
     multiplexed = None  # the multiplexer of the jobs themselves (not the solo baseline's)
     try:
         solo, mux = None, None
+        # A resume runs no solo baseline: it compares with the first session's, and keeps its passes.
+        earlier = earlier_passes(run_dir) if resume else {}
+        if resume:
+            solo = earlier.get("solo")
         if solo_baseline and not serve and not resume:
             print(f"solo baseline: {len(jobs)} job(s) one after the other, alone", flush=True)
             mux = start_multiplexer(m, run_dir / "solo")
@@ -199,7 +203,7 @@ def run_session(m: MuxConfig, jobs: list[tuple[JobSpec, Config]], solo_baseline:
                 print(format_status(ray.get(mux.status.remote())), flush=True)
         status = ray.get(mux.status.remote())
         result = ray.get(mux.result.remote())
-        summary = write_summary(run_dir, result, solo)
+        summary = write_summary(run_dir, result, solo, earlier)
         ray.get(mux.shutdown.remote())
         print(format_status(status), flush=True)
         print(json.dumps({k: summary[k] for k in ("pool_busy_fraction", "solo_pool_busy_fraction", "job_slowdown",

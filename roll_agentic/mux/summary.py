@@ -112,9 +112,30 @@ def write_gantt(mux: dict, solo: dict | None, out: Path) -> Path:
     return out
 
 
-def write_summary(run_dir: Path, mux: dict, solo: dict | None) -> dict:
+PASSES_FILE = "mux_passes.json"
+
+
+def earlier_passes(run_dir: Path) -> dict:
+    """The passes an earlier session of this run recorded (a resume's run folder); {} if none."""
+    try:
+        doc = json.loads((run_dir / PASSES_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def write_summary(run_dir: Path, mux: dict, solo: dict | None, earlier: dict | None = None) -> dict:
+    """The summary of pass `mux` against `solo`, written with the passes and the Gantt chart.
+
+    `earlier`: what an earlier session of this run recorded (`earlier_passes`): its
+    multiplexed passes are kept in the passes file, under `mux_before_resume`
+    (a resumed session's summary covers its own pass only; the first one's was lost)."""
     summary = build_summary(mux, solo)
     (run_dir / "mux_summary.json").write_text(json.dumps(summary, indent=2))
-    (run_dir / "mux_passes.json").write_text(json.dumps({"mux": mux, "solo": solo}, indent=1))
+    passes: dict = {"mux": mux, "solo": solo}
+    if earlier:
+        before = list(earlier.get("mux_before_resume") or [])
+        passes["mux_before_resume"] = before + ([earlier["mux"]] if earlier.get("mux") else [])
+    (run_dir / PASSES_FILE).write_text(json.dumps(passes, indent=1))
     write_gantt(mux, solo, run_dir / "mux_gantt.png")
     return summary

@@ -385,3 +385,20 @@ def test_status_says_the_live_slowdown_is_against_the_worst_case_profile():
                     step_ends=[0.0, 1.0, 2.0, 9.1, 16.2])
     snap = {"name": "m", "run_dir": "r", "uptime_s": 1.0, "jobs": [rec.to_dict()]}
     assert "slowdown 0.71x of profile / SLO 1.50x" in format_status(snap)
+
+
+def test_jobs_probing_at_once_get_different_free_nodes(tmp_path):
+    """Every probe took the first free node: jobs submitted together probed there one after
+    the other, while the other free nodes idled."""
+    from roll_agentic.mux.multiplexer import Multiplexer
+
+    mux = Multiplexer(MuxConfig(), str(tmp_path), "unused")
+    for name, pool in (("rollout0", "rollout"), ("rollout1", "rollout"), ("train0", "train"), ("train1", "train")):
+        mux.board.add_node(name, pool)
+        (mux.engines if pool == "rollout" else mux.slots)[name] = []
+    assert mux._probe_nodes() == (["rollout0"], "train0")
+    mux._probing["a"] = ["rollout0", "train0"]
+    assert mux._probe_nodes() == (["rollout1"], "train1")
+    mux._probing["b"] = ["rollout1", "train1"]
+    mux.phys[0] = "rollout1"  # placed jobs' nodes are not free: the least probed free one then
+    assert mux._probe_nodes()[0] == ["rollout0"]
