@@ -111,6 +111,9 @@ class TrainerSlot:
         self.parked: dict[str, PolicyTrainer] = {}
         self.active: str | None = None
         self._lay: DeviceLayout | None = None
+        # Full fine-tunes' KL references, one per model path (the jobs' initial weights): jobs
+        # of one base share it, and only the active job's is on the device (`_reference`).
+        self.refs: dict[str, torch.nn.Module] = {}
 
     def register(self, job: str, model_path: str, trainer: TrainerConfig, algo: AlgoConfig,
                  temperature: float, ckpt_root: str, top_p: float = 1.0) -> None:
@@ -130,6 +133,9 @@ class TrainerSlot:
         live = {trainer_form(spec) for spec in self.jobs.values()}
         for form in [f for f in self.parked if f not in live]:  # no job of its form left
             del self.parked[form]
+        used = {spec.model_path for spec in self.jobs.values()}
+        for path in [p for p in self.refs if p not in used]:  # no job of that base left
+            del self.refs[path]
 
     def drop_state(self, job: str) -> None:
         """Forgets the job's device and host copies (keeps its registration and reservation):
@@ -168,15 +174,28 @@ class TrainerSlot:
         spec, tr = self.jobs[job], self.trainer
         assert tr is not None
         tr.cfg, tr.algo, tr.temperature, tr.top_p = spec.trainer, spec.algo, spec.temperature, spec.top_p
-        if spec.algo.kl_coef > 0 and spec.ref_model is None and not tr.lora:
-            # A job first switched in on a slot whose trainer another job built: its KL
-            # reference is built here (before, it was dropped and the KL term vanished).
+        if spec.algo.kl_coef > 0 and not tr.lora:
+            # Also for a job first switched in on a slot whose trainer another job built
+            # (before, its reference was dropped there and the KL term vanished).
             # (A LoRA job's is its base with the adapters off: no copy.)
-            spec.ref_model = reference_model(spec.model_path, tr.device)
+            spec.ref_model = self._reference(spec.model_path, tr.device)
         tr.ref_model = spec.ref_model
         if spec.trust is not None:
             tr.trust = spec.trust
         return tr
+
+    def _reference(self, model_path: str, device: torch.device | str) -> torch.nn.Module:
+        """The KL reference of jobs that start from `model_path`, on `device`; every other one in
+        host memory. Each full fine-tune kept its own on the device: N jobs of one base held
+        N frozen copies of it there, beside the trainer's model."""
+        ref = self.refs.get(model_path)
+        if ref is None:
+            ref = self.refs[model_path] = reference_model(model_path, device)
+        for path, model in self.refs.items():
+            where = torch.device(device) if path == model_path else torch.device("cpu")
+            if next(model.parameters()).device.type != where.type:
+                model.to(where)
+        return ref
 
     def _warm(self, job: str, host: HostState) -> None:
         """Host buffers -> the device's allocated tensors; a rebuild if the architecture differs."""
@@ -235,8 +254,8 @@ class TrainerSlot:
         self.trainer, self._lay = None, None  # the old model's tensors go first: a GPU never holds two
         self.trainer = PolicyTrainer(spec.model_path, spec.trainer, spec.algo, spec.temperature, spec.top_p)
         self.form = trainer_form(spec)
-        if self.trainer.ref_model is not None:
-            spec.ref_model = self.trainer.ref_model
+        if self.trainer.ref_model is not None:  # the one it built: shared from now on
+            self.refs.setdefault(spec.model_path, self.trainer.ref_model)
         return self._bind(job)
 
     def switch_in(self, job: str) -> SwitchRecord:

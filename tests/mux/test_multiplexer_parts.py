@@ -227,6 +227,30 @@ def test_a_kl_job_switched_in_cold_on_another_jobs_trainer_keeps_its_reference(t
     assert shared.trainer.ref_model is None  # b trains without one
 
 
+def test_kl_jobs_of_one_base_share_one_reference_on_a_slot(tiny_model_path, tmp_path):
+    """Each full fine-tune kept a KL reference of its own on the trainer's device: N jobs of
+    one base held N frozen copies of the same weights there."""
+    from roll_agentic.mux.trainer_slot import TrainerSlot
+
+    slot = TrainerSlot("train0", budget_bytes=1 << 30)
+    kl = AlgoConfig(alpha=0, kl_coef=0.1)
+    for job in ("a", "b"):
+        slot.register(job, tiny_model_path, TrainerConfig(), kl, 1.0, str(tmp_path / job))
+        slot.reserve(job, 1 << 28)  # resident: switched out to host memory
+    slot.switch_in("a")
+    ref = slot.trainer.ref_model
+    assert ref is not None and slot.train("a", random_samples(0))["train/kl"] == 0.0  # still the base
+    slot.switch_in("b")
+    assert slot.trainer.ref_model is ref and list(slot.refs) == [tiny_model_path]
+    assert slot.train("b", random_samples(1))["train/kl"] == 0.0  # b's first step: its own weights are the base
+    slot.switch_in("a")
+    assert slot.train("a", random_samples(2))["train/kl"] > 0  # a's trained weights against the base
+    slot.release("a")
+    assert slot.refs  # b still uses it
+    slot.release("b")
+    assert not slot.refs
+
+
 def test_a_job_that_cannot_start_is_refused_with_its_reason_not_left_profiling(tmp_path, tiny_model_path):
     """A missing model.path raised out of submit and left the record "profiling" for good
     (mux status showed it, cancel said "not running", a fixed resubmission was refused)."""
