@@ -214,7 +214,7 @@ def checkpoint_writer(root: str, mb: int = 4) -> None:
 
 def verify_checkpoint(root: Path) -> tuple[int, str]:
     """(step, "") for an intact latest checkpoint, (-1, why) for one that must not have loaded."""
-    from roll_agentic.train.checkpoint import latest_checkpoint, load_checkpoint
+    from roll_agentic.train.checkpoint import checkpoint_name, latest_checkpoint, load_checkpoint
 
     ckpt = latest_checkpoint(root)
     if ckpt is None:
@@ -224,7 +224,7 @@ def verify_checkpoint(root: Path) -> tuple[int, str]:
     except Exception as err:  # noqa: BLE001 - a checkpoint that does not load is a corruption
         return -1, f"{ckpt.name}: {type(err).__name__}: {err}"
     step = int(run["step"])
-    good = (ckpt.name == f"step_{step:06d}" and state["step"] == step and run["buffer"]["step"] == step
+    good = (ckpt.name == checkpoint_name(step) and state["step"] == step and run["buffer"]["step"] == step
             and bool((weights["w"] == step).all()) and bool((state["m"] == step).all())
             and bool((weights["b"] - step == weights["b"].new_tensor(range(64))).all()))
     return (step, "") if good else (-1, f"{ckpt.name}: values of another step or partly written")

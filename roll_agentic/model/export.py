@@ -23,7 +23,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from roll_agentic.train.checkpoint import latest_checkpoint, load_run_state
+from roll_agentic.train.checkpoint import checkpoint_name, latest_checkpoint, load_run_state
 
 WEIGHTS = "weights.safetensors"
 # The base model's own weights: never copied (the trained ones take their place).
@@ -52,7 +52,7 @@ def find_checkpoint(source: str | Path, step: int | None = None) -> Path:
     """The checkpoint of `source`: a run directory (its newest, or `step`) or a checkpoint itself."""
     src = Path(source)
     if (src / WEIGHTS).is_file():
-        if step is not None and src.name != f"step_{step:06d}":
+        if step is not None and src.name != checkpoint_name(step):
             raise ExportError(f"{src} is the checkpoint of {src.name}, not of step {step}; drop --step "
                               "or name the run directory")
         return src
@@ -70,7 +70,7 @@ def find_checkpoint(source: str | Path, step: int | None = None) -> Path:
             raise ExportError(f"{src} has no complete checkpoint yet (a run saves one every "
                               "trainer.save_every steps and when it stops)")
         return ckpt
-    ckpt = root / f"step_{step:06d}"
+    ckpt = root / checkpoint_name(step)
     if not (ckpt / WEIGHTS).is_file():
         kept = sorted(p.name for p in root.glob("step_*") if (p / WEIGHTS).is_file())
         raise ExportError(f"{src} keeps no checkpoint of step {step}; it keeps {', '.join(kept) or 'none'} "
