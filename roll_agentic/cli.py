@@ -234,7 +234,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("model", help="model utilities")
     msub = p.add_subparsers(dest="model_command", required=True)
     t = msub.add_parser("tiny", help="build the tiny Qwen2 model and tokenizer locally (no download)")
-    t.add_argument("--out", default=".cache/tiny-model", help="output directory (default: %(default)s)")
+    t.add_argument("--out", default=".cache/tiny-model",
+                   help="output directory (default: %(default)s): it must be a new or empty folder (or "
+                        "an older tiny model's); any other folder is refused, never replaced")
     t.add_argument("--seed", type=int, default=0, help="initialisation seed (default: %(default)s)")
     t.add_argument("--force", action="store_true", help="rebuild even if an up-to-date model is there")
     t.set_defaults(func=_cmd_model_tiny)

@@ -267,6 +267,21 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
 
+LAMBDA_MAX_TIMEOUT_S = 900  # AWS Lambda's longest function timeout
+
+
+def _uses_reward_timeout(ref: str) -> bool:
+    """Whether deploying reward `ref` takes reward.timeout_s as its function timeout: it does unless
+    its module declares LAMBDA_TIMEOUT_S (a module not found: assumed to, as it is reported anyway)."""
+    try:
+        from roll_agentic.reward.reward_ref import source_file
+        from serverless.deploy import module_settings
+
+        return "LAMBDA_TIMEOUT_S" not in module_settings(source_file(ref))
+    except Exception:  # noqa: BLE001 - a missing or broken module: other checks say what is wrong
+        return True
+
+
 def _check(errors: list[str], ok: bool, key: str, expected: str, got: Any) -> None:
     if not ok:
         errors.append(f"{key}: expected {expected}, got {got!r}")
@@ -425,6 +440,14 @@ def validate(cfg: Config) -> Config:
         _check(e, re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) is not None, "reward.function_prefix",
                f"letters, digits, - and _ only, at most {64 - len(longest)} of them (with '{longest}' after it the "
                f"Lambda function name {name!r} must be at most 64 such characters)", cfg.reward.function_prefix)
+        # It is the deployed functions' timeout (reward/service.py) for each module that declares no
+        # LAMBDA_TIMEOUT_S of its own; Lambda takes 1-900 s, and deploying failed after Ray had started.
+        if math.isfinite(cfg.reward.timeout_s) and round(cfg.reward.timeout_s) > LAMBDA_MAX_TIMEOUT_S:
+            using = [t.reward for t in cfg.tasks if _uses_reward_timeout(t.reward)]
+            _check(e, not using, "reward.timeout_s",
+                   f"at most {LAMBDA_MAX_TIMEOUT_S} seconds with reward.mode=serverless (it is the Lambda function "
+                   f"timeout of {', '.join(dict.fromkeys(using))}, and AWS Lambda's limit is "
+                   f"{LAMBDA_MAX_TIMEOUT_S} s; or declare LAMBDA_TIMEOUT_S in the module)", cfg.reward.timeout_s)
     for first, second in clashing:
         e.append(f"tasks: rewards {first!r} and {second!r} would both be deployed as "
                  f"{cfg.reward.function_prefix}{function_stem(second)}; rename one module's file")

@@ -134,12 +134,22 @@ def load_config(overrides: list[str], config_dir: str | Path | None = None, conf
     """Composes and validates; raises ConfigError with one line on any bad key or value."""
     register_schema()
     conf_dir = Path(config_dir or DEFAULT_CONF_DIR).resolve()
+    given = conf_dir / config_name
     config_name = config_name.removesuffix(".yaml")
     if not (conf_dir / f"{config_name}.yaml").exists():
+        # Hydra reads NAME.yaml only: `--config my_run.yml` said "no my_run.yml.yaml in DIR".
+        if given.is_file() or given.suffix == ".yml":
+            there = f"rename {given} to {given.stem}.yaml" if given.is_file() else f"no {given.stem}.yaml in {conf_dir}"
+            raise ConfigError(f"config files must end in .yaml (Hydra loads no other): {there}")
         raise ConfigError(f"no {config_name}.yaml in {conf_dir}")
     problem = config_file_problem(conf_dir / f"{config_name}.yaml")
     if problem:  # with its file, line and column, which Hydra's first line did not give
         raise ConfigError(problem)
+    own_dir = conf_dir != DEFAULT_CONF_DIR.resolve()
+    if own_dir and config_name == "config" and _defaults_name_config(conf_dir / "config.yaml"):
+        # In its own folder, searched first, `config` in its defaults list is the file itself: Hydra
+        # recursed until "maximum recursion depth exceeded".
+        raise ConfigError(_SHADOW.format(path=conf_dir / "config.yaml"))
     overrides = list(overrides)
     if conf_dir != DEFAULT_CONF_DIR.resolve() and not any(o.startswith("hydra.searchpath") for o in overrides):
         # A folder of the user's own sees the repo's conf/ too: a file there may start from
@@ -151,6 +161,11 @@ def load_config(overrides: list[str], config_dir: str | Path | None = None, conf
         obj = OmegaConf.to_object(composed)
     except (ConfigCompositionException, MissingConfigException, OmegaConfBaseException) as err:
         raise ConfigError(_one_line(err)) from None
+    except RecursionError:  # a defaults list that names its own file, through another one or so
+        if own_dir and (conf_dir / "config.yaml").is_file():
+            raise ConfigError(_SHADOW.format(path=conf_dir / "config.yaml")) from None
+        raise ConfigError(f"{conf_dir / config_name}.yaml: its defaults list comes back to itself (a loop): "
+                          "name each file once, and the built-in run as `config`") from None
     except Exception as err:  # hydra's override grammar errors and the like
         raise ConfigError(_one_line(err)) from None
     if not isinstance(obj, Config):
@@ -164,6 +179,24 @@ def load_config(overrides: list[str], config_dir: str | Path | None = None, conf
         key, cls = unknown[0]
         raise ConfigError(unknown_key_line(key, cls))
     return validate(obj)
+
+
+_SHADOW = ("{path}: rename your file (e.g. to my_run.yaml): a file named config.yaml shadows the built-in "
+           "conf/config.yaml that its defaults list names")
+
+
+def _defaults_name_config(path: Path) -> bool:
+    """Whether the YAML file's defaults list names `config` (the built-in run, as the README writes it)."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    defaults = doc.get("defaults") if isinstance(doc, dict) else None
+    if not isinstance(defaults, list):
+        return False
+    return any(isinstance(d, str) and d.strip().lstrip("/").removesuffix(".yaml") == "config" for d in defaults)
 
 
 def _unknown_keys(node: object, cls: type, prefix: str) -> list[tuple[str, type]]:

@@ -48,15 +48,12 @@ class TaskDemand:
 
     decode_per_request: float
     observed: bool = False
-    seen_requests: float = 0.0  # the cumulative totals at the last observation
-    seen_decode: float = 0.0
 
     def update(self, requests: float, decode_tokens: float) -> None:
-        dr, dd = requests - self.seen_requests, decode_tokens - self.seen_decode
-        self.seen_requests, self.seen_decode = requests, decode_tokens
-        if dr <= 0 or dd < 0:  # nothing new, or an engine restarted and its counters began again
+        """One observation window: the requests and decode tokens served since the last one."""
+        if requests <= 0 or decode_tokens < 0:  # nothing new
             return
-        sample = dd / dr
+        sample = decode_tokens / requests
         self.decode_per_request = sample if not self.observed else (
             (1 - DEMAND_EMA) * self.decode_per_request + DEMAND_EMA * sample)
         self.observed = True
@@ -80,6 +77,8 @@ class RoutingTable:
     demand: dict[str, TaskDemand] = field(default_factory=dict)
     decisions: dict[str, dict] = field(default_factory=dict)  # task -> its latest phase-aware decision
     _warned: set[str] = field(default_factory=set)
+    # (engine index, task) -> that engine's (requests, decode tokens) counters at the last observe
+    _seen: dict[tuple[int, str], tuple[float, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.policy not in ("affinity", "phase_aware"):
@@ -92,6 +91,8 @@ class RoutingTable:
         if index is not None and self.engines[index].alive:
             self.context[traj_id] = max(self.context.get(traj_id, 0), prompt_tokens)
             return index
+        if index is not None:  # its engine died: its slot there is freed before it moves
+            self.release(traj_id)
         chosen = self._pick(task, self.choose_pool(task, traj_id, prompt_tokens))
         self._record(task, traj_id, prompt_tokens, chosen)
         return chosen.index
@@ -172,27 +173,47 @@ class RoutingTable:
             self.engines[index].active = max(0, self.engines[index].active - 1)
 
     def mark_dead(self, index: int) -> None:
-        slot = self.engines[index]
-        slot.alive = False
-        for traj, i in list(self.sticky.items()):
+        """Out of routing until `mark_alive`. Its `active` count and sticky entries stay: an
+        EngineTimeout marks a live engine dead, and the trajectories still running there
+        release their slots themselves (zeroing them here left the engine counted as idle
+        while it served them, and least-loaded placement then over-filled it)."""
+        self.engines[index].alive = False
+        for traj, i in self.sticky.items():
             if i == index:  # their context died with the engine: the next engine prefills it all
-                del self.sticky[traj]
                 self.context.pop(traj, None)
-        slot.active = 0
+
+    def reset(self) -> None:
+        """Every engine alive, no trajectory assigned: the workers were killed and rebuilt, so
+        neither their dead marks (cleared only by their watchers) nor their slots outlive them."""
+        for e in self.engines:
+            e.alive, e.active = True, 0
+        self.sticky.clear()
+        self.context.clear()
+        self._warned.clear()
 
     def mark_alive(self, index: int) -> None:
         self.engines[index].alive = True
         self._warned.discard(self.engines[index].pool)
 
     def observe(self, engine_stats: list[dict]) -> None:
-        """Feeds the engines' cumulative per-task counters (EngineHost.stats) to the decode averages."""
-        totals: dict[str, list[float]] = {}
-        for s in engine_stats:
+        """Feeds the engines' cumulative per-task counters (EngineHost.stats, index-aligned with
+        the engines) to the decode averages.
+
+        Diffed per engine, then summed: a restarted engine's counters begin again at 0, and
+        diffing the sums over all engines made its lost history look like (or hide) a
+        window's traffic. A counter lower than last time is such a restart: all of it is new.
+        """
+        deltas: dict[str, list[float]] = {}
+        for i, s in enumerate(engine_stats):
             for task, t in (s.get("per_task") or {}).items():
-                acc = totals.setdefault(task, [0.0, 0.0])
-                acc[0] += float(t.get("requests", 0.0))
-                acc[1] += float(t.get("decode_tokens", 0.0))
-        for task, (requests, decode) in totals.items():
+                cur = (float(t.get("requests", 0.0)), float(t.get("decode_tokens", 0.0)))
+                prev = self._seen.get((i, task), (0.0, 0.0))
+                self._seen[(i, task)] = cur
+                restarted = cur[0] < prev[0] or cur[1] < prev[1]
+                acc = deltas.setdefault(task, [0.0, 0.0])
+                acc[0] += cur[0] if restarted else cur[0] - prev[0]
+                acc[1] += cur[1] if restarted else cur[1] - prev[1]
+        for task, (requests, decode) in deltas.items():
             demand = self.demand.setdefault(task, TaskDemand(self.decode_prior.get(task, DEFAULT_DECODE_PRIOR)))
             demand.update(requests, decode)
 
@@ -251,6 +272,9 @@ class Router:
 
     def mark_alive(self, index: int) -> None:
         self.table.mark_alive(index)
+
+    def reset(self) -> None:
+        self.table.reset()
 
     def observe(self, engine_stats: list[dict]) -> None:
         self.table.observe(engine_stats)

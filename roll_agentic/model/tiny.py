@@ -98,16 +98,41 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, hidden_size: int = 128,
     return out
 
 
+class TinyDirError(OSError):
+    """The tiny model's folder cannot be (re)built there: an OSError, so that the callers that report
+    an unwritable folder report this one too."""
+
+
+def _check_tiny_name(out: Path) -> None:
+    if not out.name or out.name == "..":  # "", ".", "/": `out.tmp` has no name to take
+        raise TinyDirError(f"{str(out)!r} names no folder of its own: choose a new or empty folder for "
+                           "the tiny model (e.g. .cache/tiny-model)")
+
+
+def _check_tiny_dir(out: Path, marker: Path) -> None:
+    """Refuses a folder the rebuild would wipe that is not ours: only an absent or empty folder, or
+    one holding the marker (an older tiny model), is replaced."""
+    if not out.exists() and not out.is_symlink():
+        return
+    if out.is_dir() and not out.is_symlink() and (marker.exists() or not any(out.iterdir())):
+        return
+    raise TinyDirError(f"{out} exists and is not a tiny model folder: choose a new or empty folder "
+                       "(nothing was deleted)")
+
+
 def ensure_tiny_model(out_dir: str | Path, seed: int | None = None) -> Path:
-    """Builds the tiny model unless an up-to-date one (of `seed`, if given) is already there."""
+    """Builds the tiny model unless an up-to-date one (of `seed`, if given) is already there.
+    Only an absent or empty folder, or an older tiny model's, is (re)built: any other is refused."""
     out = Path(out_dir)
     marker = out / "roll_agentic_tiny.json"
+    _check_tiny_name(out)
     try:
         made = json.loads(marker.read_text()) if marker.exists() else {}
     except (OSError, ValueError):  # a torn or foreign marker: rebuild
         made = {}
     if isinstance(made, dict) and made.get("version") == TINY_VERSION and seed in (None, made.get("seed")):
         return out
+    _check_tiny_dir(out, marker)
     tmp = out.with_name(out.name + ".tmp")
     build_tiny_model(tmp, seed=0 if seed is None else seed)
     if out.exists():
@@ -117,4 +142,4 @@ def ensure_tiny_model(out_dir: str | Path, seed: int | None = None) -> Path:
     return out
 
 
-__all__ = ["build_tiny_model", "build_tokenizer", "ensure_tiny_model", "END"]
+__all__ = ["build_tiny_model", "build_tokenizer", "ensure_tiny_model", "END", "TinyDirError"]

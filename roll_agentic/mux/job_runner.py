@@ -41,7 +41,7 @@ from roll_agentic.mux.job_stop import StopAndResume
 from roll_agentic.mux.phase_board import PhaseBoard
 from roll_agentic.mux.phase_waits import JobFailed, await_batch, drain, rollout_limit
 from roll_agentic.mux.profile import PhaseKind
-from roll_agentic.train.checkpoint import is_latest
+from roll_agentic.train.checkpoint import is_latest, write_atomic
 from roll_agentic.train.evaluation import evaluation_due
 from roll_agentic.train.step_metrics import rollout_metrics
 from roll_agentic.train.trainer import samples_from_groups
@@ -99,7 +99,7 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery, StopAndResume):
         cfg = self.cfg
         self.model_path = model_path
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(config_json(asdict(cfg)))
+        write_atomic(self.run_dir / "config.json", config_json(asdict(cfg)).encode())  # never left half written
         # A cancel interrupts the await, not the thread: the thread's result is still kept
         # (shielded), so that close() stops the emulator it started.
         started = asyncio.ensure_future(asyncio.to_thread(start_rewards, cfg, self.run_dir))
@@ -156,6 +156,9 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery, StopAndResume):
         be granted a ticket nobody rolls out.
         """
         await self._restart_buffer((await self._run_state())["buffer"])  # this step's tickets open now
+        # The router outlives the killed workers: their dead marks (cleared only by their
+        # watchers) and their trajectories' slots would keep healthy engines out for good.
+        await self.router.reset.remote()
         self._spawn_workers(nodes)
         await pin_actors([self.buffer, *self.workers], self.rollout_cpus)
         self.worker_runs = [w.run.remote() for w in self.workers]

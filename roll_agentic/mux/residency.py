@@ -336,5 +336,5 @@ def read_cold(ckpt_dir: Path) -> tuple[dict[str, torch.Tensor], dict, float]:
         drop_page_cache(ckpt_dir / name)
     t0 = time.perf_counter()
     weights = load_file(str(ckpt_dir / "weights.safetensors"))
-    trainer_state = torch.load(ckpt_dir / "trainer.pt", weights_only=False)
+    trainer_state = torch.load(ckpt_dir / "trainer.pt", weights_only=False, map_location="cpu")
     return weights, trainer_state, time.perf_counter() - t0

@@ -34,14 +34,23 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """Replaces `path` with `data` whole or not at all: written to a temp file in the same folder,
+    synced, then renamed over it. A kill or a full disk leaves the old file as it was (never an
+    empty or half-written one) and no temp file behind."""
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     _fsync_dir(path.parent)  # the rename itself, or a power loss may undo it
+
 
 
 def _recover_set_aside(root: Path) -> None:
@@ -105,7 +114,7 @@ def save_checkpoint(ckpt_root: str | Path, step: int, weights: dict[str, torch.T
     os.replace(tmp, final)
     _fsync_dir(root)
     faults.checkpoint_stage("before_latest")
-    _write_atomic(root / "latest", final.name.encode())
+    write_atomic(root / "latest", final.name.encode())
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     faults.checkpoint_stage("before_prune")
@@ -173,5 +182,7 @@ def load_run_state(path: str | Path) -> dict:
 def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict, dict]:
     p = Path(path)
     weights = load_file(str(p / "weights.safetensors"))
-    trainer_state = torch.load(p / "trainer.pt", weights_only=False)
+    # On CPU whatever device saved it: a GPU run's state loads on another machine (or none),
+    # and the optimizer moves each tensor onto its parameter's device as it loads it.
+    trainer_state = torch.load(p / "trainer.pt", weights_only=False, map_location="cpu")
     return weights, trainer_state, load_run_state(p)

@@ -48,12 +48,26 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """The optimizer state as one rank-independent dict (gathered under FSDP)."""
+    """The optimizer state as one rank-independent dict (gathered under FSDP), its tensors on
+    CPU: a checkpoint saved from GPU tensors loads only where that GPU exists, and pins
+    GPU memory while it is written. Tensors already on CPU are not copied."""
     if not is_sharded(model):
-        return optimizer.state_dict()
+        state = optimizer.state_dict()
+        return {**state, "state": {k: _on_cpu(v) for k, v in state["state"].items()}}
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
     return get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def _on_cpu(value):
+    """`value` (a tensor, or dicts/lists/tuples of them) with every tensor on CPU; CPU ones as they are."""
+    if isinstance(value, torch.Tensor):
+        return value if value.device.type == "cpu" else value.detach().to("cpu")
+    if isinstance(value, dict):
+        return {k: _on_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_cpu(v) for v in value)
+    return value
 
 
 def _names(keys: list[str], most: int = 5) -> str:

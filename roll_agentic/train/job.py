@@ -27,6 +27,7 @@ from roll_agentic.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
+    write_atomic,
 )
 from roll_agentic.train.evaluation import evaluation_due, run_evaluation
 from roll_agentic.train.job_setup import (
@@ -145,6 +146,12 @@ class TrainingJob:
             print(f"resuming with {len(changed)} setting(s) other than the run's (repeat the run's overrides "
                   "to keep them):\n" + "\n".join(f"  {c}" for c in changed), flush=True)
             keep_copy(self.run_dir, f"config.before_step_{self.version}", saved.read_text())
+
+    def _save_config(self) -> None:
+        """The run's settings into its config.json, atomically: written in place (truncated, then
+        written), a kill or a full disk left it empty, and a resume's checks that read it
+        (`_say_what_resume_changed`, the schedule line) were then silently skipped."""
+        write_atomic(self.run_dir / "config.json", config_json(asdict(self.cfg)).encode())
 
     def _resume_step(self) -> int:
         """The step a resume starts from (0 for a fresh run)."""
@@ -352,7 +359,7 @@ class TrainingJob:
         log = None
         try:  # from here on every way out closes the run: a SIGTERM before the loop too
             self._say_what_resume_changed()
-            (self.run_dir / "config.json").write_text(config_json(asdict(cfg)))
+            self._save_config()
             log = MetricsLog(self.run_dir, cfg.telemetry.tensorboard)
             log.truncate_after(self.version)
             with ProgressDisplay(cfg.trainer.total_steps, tasks, cfg.telemetry.progress) as progress:

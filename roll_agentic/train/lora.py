@@ -74,8 +74,8 @@ def apply_lora(model: nn.Module, rank: int, alpha: float, targets: list[str] | t
     `full` (trained whole beside the adapters, PEFT's `modules_to_save`); returns how many
     layers were wrapped.
 
-    ValueError, naming the model's layers, when no target names a linear layer or a `full`
-    name names no module.
+    ValueError, naming the model's layers, when any target names no linear layer (the default
+    list, every projection, when none does) or a `full` name names no module.
     """
     # Module names, not list positions: "1" would pick the second decoder layer of every list.
     names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()} - {""}
@@ -84,15 +84,27 @@ def apply_lora(model: nn.Module, rank: int, alpha: float, targets: list[str] | t
     if unknown:
         raise ValueError(f"trainer.lora_full_modules {unknown} name no module of the model; its modules "
                          f"include {sorted(names)[:12]}")
+    # Each target checked: one typo among right names ([q_proj, v_prj]) was dropped without a word.
+    linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)})
+    missing = [t for t in dict.fromkeys(targets) if t not in linear]
+    # The default list (every projection) stays "those of them the model has": a model with fused
+    # ones (qkv_proj, gate_up_proj) lacks some of its names. A list of the user's own is checked.
+    if set(targets) == set(ALL_PROJECTIONS) and len(missing) < len(set(targets)):
+        missing = []
+    if missing:
+        import difflib
+
+        close = {t: difflib.get_close_matches(t, linear, n=1) for t in missing}
+        hint = "; ".join(f"{t!r}: did you mean {c[0]!r}?" for t, c in close.items() if c)
+        which = "none of the model's linear layers" if len(missing) == len(set(targets)) else \
+            "no linear layer of the model"
+        raise ValueError(f"trainer.lora_targets {missing} name {which}; its linear layers are named {linear}"
+                         f"{f' ({hint})' if hint else ''}")
     wrapped = []
     for module in list(model.modules()):
         for child_name, child in list(module.named_children()):
             if isinstance(child, nn.Linear) and child_name in targets:
                 wrapped.append((module, child_name, child))
-    if not wrapped:
-        linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)})
-        raise ValueError(f"trainer.lora_targets {list(targets)} name none of the model's linear layers; "
-                         f"its linear layers are named {linear}")
     model.requires_grad_(False)
     for name, module in model.named_modules():
         if name.rsplit(".", 1)[-1] in full:

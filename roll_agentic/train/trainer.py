@@ -30,6 +30,9 @@ from roll_agentic.train.loss import ppo_clip_loss_sum, token_logprobs, token_log
 from roll_agentic.train.lr_schedule import lr_at
 from roll_agentic.train.trust_region import AdaptiveLR, step_kl_sum
 
+# Optimizer steps in a row skipped for a non-finite gradient norm before the run stops.
+NONFINITE_LIMIT = 3
+
 
 @dataclass
 class Sample:
@@ -96,6 +99,7 @@ class PolicyTrainer:
         self.trust = AdaptiveLR(algo.target_kl)  # lr follows each step's KL (trust_region.py)
         # With a target KL: each micro-batch's inputs and pre-step logprobs, to measure the step.
         self._trained: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self._nonfinite_streak = 0  # optimizer steps skipped in a row for a NaN/inf gradient norm
 
     def trainable(self) -> list[torch.nn.Parameter]:
         """The parameters the optimizer steps: all of them, or with LoRA the adapters (and any
@@ -188,11 +192,29 @@ class PolicyTrainer:
         lr *= self.trust.mult  # 1 unless a target KL was overshot (trust_region.py)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        # A NaN/inf gradient (the norm is global: all-reduced under DDP, a full tensor under FSDP,
+        # so every rank decides alike) would write NaN into every weight and Adam moment, then be
+        # published and checkpointed: the step is skipped instead, and a run of them stops.
+        skipped = not bool(torch.isfinite(torch.as_tensor(grad_norm)).all())
+        if skipped:
+            self.optimizer.zero_grad(set_to_none=True)
+            self._trained = []  # no step to measure: the trust region keeps its rate
+            self._nonfinite_streak += 1
+            if self._nonfinite_streak >= NONFINITE_LIMIT:
+                self._sums = self._zero_sums()
+                raise RuntimeError(
+                    f"the gradient norm was not finite ({float(grad_norm)}) in {self._nonfinite_streak} optimizer "
+                    f"steps in a row, all skipped: training has diverged. Resume from the last checkpoint with a "
+                    f"lower trainer.lr (now {self.cfg.lr}) and/or a smaller trainer.max_grad_norm "
+                    f"(now {self.cfg.max_grad_norm})")
+            step_kl, next_mult = 0.0, self.trust.mult
+        else:
+            self._nonfinite_streak = 0
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            step_kl = self._step_kl() if self.trust.enabled else 0.0
+            next_mult = self.trust.update(step_kl)  # the rate of the next step, not of this one
         tokens = max(self._sums["tokens"], 1.0)
-        step_kl = self._step_kl() if self.trust.enabled else 0.0
-        next_mult = self.trust.update(step_kl)  # the rate of the next step, not of this one
         metrics = {
             "train/loss": self._sums["loss"] / denominator,  # the objective the step minimised
             "train/policy_loss": self._sums["policy"] / tokens,
@@ -208,6 +230,7 @@ class PolicyTrainer:
             "train/lr_mult": next_mult,
             "train/tokens": self._sums["tokens"],
             "train/samples": self._sums["samples"],
+            "train/skipped_nonfinite": 1.0 if skipped else 0.0,
         }
         self._sums = self._zero_sums()
         return metrics
