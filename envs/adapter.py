@@ -33,14 +33,21 @@ def strip_ansi(frame: str) -> str:
     return _ANSI_ESCAPE.sub("", _ANSI_SPAN.sub(r"[\1]", frame))
 
 
+def unwrapped_env(env: Any) -> Any:
+    """The env under gymnasium's wrappers; a wrapped env need not subclass gym.Env, and a
+    plain class has no `unwrapped` (reading it failed as a constructor error in `env check`)."""
+    return getattr(env, "unwrapped", env)
+
+
 def _action_names(env: gym.Env) -> list[str]:
     n = int(env.action_space.n)
-    meanings = getattr(env.unwrapped, "get_action_meanings", None)
+    meanings = getattr(unwrapped_env(env), "get_action_meanings", None)
     if callable(meanings):
         names = [str(m).lower() for m in meanings()]
         if len(names) == n:
             return names
-    spec_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
+    spec = getattr(env, "spec", None)  # only gym.make sets one; a plain class has none
+    spec_id = spec.id if spec is not None else type(unwrapped_env(env)).__name__
     for prefix, names in KNOWN_ACTION_NAMES.items():
         if spec_id.startswith(prefix) and len(names) == n:
             return names
@@ -103,12 +110,13 @@ class DiscreteTextAdapter(gym.Env):
     def _inner(self, method: str, out: Any, size: int) -> tuple:
         """The wrapped env's result, or an error naming it: unpacking an old-gym 4-tuple
         or a bare observation failed with "cannot unpack non-iterable int object"."""
+        name = type(unwrapped_env(self.env)).__name__
         if not isinstance(out, tuple) or len(out) != size or not isinstance(out[-1], dict):
             shape = "(observation, info)" if size == 2 else "(observation, reward, terminated, truncated, info)"
-            raise EnvContractError(f"{type(self.env.unwrapped).__name__}.{method} must return {shape} with info "
+            raise EnvContractError(f"{name}.{method} must return {shape} with info "
                                    f"a dict (the gymnasium API), got {type(out).__name__} {out!r:.80}")
         if size == 5:
-            where = f"{type(self.env.unwrapped).__name__}.step"
+            where = f"{name}.step"
             if isinstance(out[1], bool) or not isinstance(out[1], Real):
                 raise EnvContractError(f"{where}: reward must be a number, "
                                        f"got {type(out[1]).__name__} {out[1]!r:.80}")

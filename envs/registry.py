@@ -1,15 +1,18 @@
 """Building a task's environment from configuration alone.
 
 `env_id` is either a registered gymnasium id (`CliffWalking-v1`) or an entry
-point `module:Class`. Text envs are used as they are; envs with a Discrete
+point `module:Class`; `module:EnvId` (gymnasium's own form) imports `module`, which
+registers `EnvId`, and makes it. Text envs are used as they are; envs with a Discrete
 action space are wrapped in `DiscreteTextAdapter`.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -25,7 +28,8 @@ def _is_text_space(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Text)
 
 
-def _load_entry_point(env_id: str) -> type:
+def _load_entry_point(env_id: str) -> Callable[..., Any]:
+    """What builds the env of `module:Class` (called with the task's env_kwargs)."""
     module_name, _, attr = env_id.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -47,6 +51,11 @@ def _load_entry_point(env_id: str) -> type:
         raise EnvSpecError(f"env_id {env_id!r}: importing module {module_name!r} raised "
                            f"{type(err).__name__}: {err}") from err
     cls = getattr(module, attr, None)
+    if cls is None and attr in gym.registry:
+        # `my_pkg:MyReg-v0`, as gym.make reads it: my_pkg registers MyReg-v0 on import. Read
+        # as a class name, it failed with "has no attribute", and the bare id fails in a fresh
+        # process (worker, `env check`), where nothing has imported my_pkg.
+        return functools.partial(_make_registered, attr)
     if cls is None:
         raise EnvSpecError(f"env_id {env_id!r}: module {module_name!r} has no attribute {attr!r}")
     return cls
@@ -70,6 +79,16 @@ def _env_classes(module_name: str) -> list[str]:
             if inspect.isclass(obj) and issubclass(obj, gym.Env) and obj.__module__ == module.__name__]
 
 
+def _make_registered(gym_id: str, **kwargs: Any) -> gym.Env:
+    env = gym.make(gym_id, **kwargs)
+    # An ansi render is the most readable text of a state; envs without
+    # one get their observation dumped by the adapter instead.
+    if "render_mode" not in kwargs and "ansi" in env.metadata.get("render_modes", []):
+        env.close()
+        env = gym.make(gym_id, render_mode="ansi", **kwargs)
+    return env
+
+
 def make_text_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
     """A text env for `env_id`, or EnvSpecError with a message a newcomer can act on."""
     kwargs = dict(env_kwargs or {})
@@ -83,14 +102,12 @@ def make_text_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> gym.
                 classes = _env_classes(env_id) if not close else []
                 if classes:  # `my_task.env`: a module, its class left out
                     hint = f" It is a module: name its class, e.g. {env_id}:{classes[0]}."
+                else:  # an id the user's package registers: nothing imports that package here
+                    hint += (" If a package of yours registers it, import the module that registers it: "
+                             f"`my_pkg:{env_id}`.")
                 raise EnvSpecError(f"env_id {env_id!r} is not a registered gymnasium id.{hint} "
                                    "Use a registered id or `module:Class`.")
-            env = gym.make(env_id, **kwargs)
-            # An ansi render is the most readable text of a state; envs without
-            # one get their observation dumped by the adapter instead.
-            if "render_mode" not in kwargs and "ansi" in env.metadata.get("render_modes", []):
-                env.close()
-                env = gym.make(env_id, render_mode="ansi", **kwargs)
+            env = _make_registered(env_id, **kwargs)
     except EnvSpecError:
         raise
     except (TypeError, gym.error.Error) as err:

@@ -165,7 +165,7 @@ def _cmd_model_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_env_check(args: argparse.Namespace) -> int:
-    from envs.checker import check_env
+    from envs.checker import check_env, print_result
     from roll_agentic.arg_types import json_object
 
     try:
@@ -173,9 +173,8 @@ def _cmd_env_check(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(err, file=sys.stderr)
         return 2
-    results = check_env(args.env_id, kwargs, seed=args.seed)
-    for r in results:
-        print(f"{'PASS' if r.ok else 'FAIL'}  {r.name:18s} {r.detail}")
+    # Each line as its check ends: a slow env shows how far it got.
+    results = check_env(args.env_id, kwargs, seed=args.seed, on_result=print_result)
     failed = sum(not r.ok for r in results)
     print(f"{len(results) - failed} passed, {failed} failed")
     return 1 if failed else 0

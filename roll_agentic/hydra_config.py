@@ -9,12 +9,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import shlex
 import typing
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
-from hydra.errors import ConfigCompositionException, MissingConfigException
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import (
     ConfigAttributeError,
@@ -26,7 +27,8 @@ from omegaconf.errors import (
 )
 
 from roll_agentic import config as schema
-from roll_agentic.config import Config, ConfigError, validate
+from roll_agentic.config import Config, ConfigError
+from roll_agentic.config_check import validate
 from roll_agentic.config_yaml import config_file_problem
 
 DEFAULT_CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -61,6 +63,11 @@ def register_schema() -> None:
 
 
 def _one_line(err: BaseException) -> str:
+    if isinstance(err, OverrideParseException):
+        return _parse_error_line(err.override, err.message)
+    sweep = re.match(r"(?:Ambiguous value for argument|Sweep parameters) '(.+)'", str(err))
+    if isinstance(err, ConfigCompositionException) and sweep:
+        return _sweep_line(sweep.group(1))
     cause: BaseException | None = err
     while cause is not None and not isinstance(cause, OmegaConfBaseException):
         cause = cause.__cause__ or cause.__context__
@@ -116,6 +123,59 @@ def _one_line(err: BaseException) -> str:
     return text
 
 
+# A key as Hydra's override grammar takes it (+, ++ or ~ first; dots, group/option, @package):
+# an override whose key matches fails in its value, the part a user can quote.
+_KEY = re.compile(r"(?:~|\+\+?)?[\w$-]+(?:[./][\w$-]+)*(?:@[\w.$-]*)?")
+_LEXER = "LexerNoViableAltException: "
+
+
+def _shell_quoted(override: str) -> str:
+    """`override` with its value quoted, as typed in a shell: 'key="a b"'. Hydra's grammar takes a
+    quoted value as one string; the outer quotes keep the shell from splitting or expanding it."""
+    key, _, value = override.partition("=")
+    if '"' not in value:
+        inner = f'{key}="{value}"'
+    elif "'" not in value:
+        inner = f"{key}='{value}'"
+    else:
+        inner = f'{key}="{value.replace(chr(34), chr(92) + chr(34))}"'
+    return shlex.quote(inner)
+
+
+def _parse_error_line(override: str, message: str) -> str:
+    """One line for an override Hydra's grammar refused; its own first line named neither the
+    override nor the fix (it was "no viable alternative at input '[1,2'" and the like)."""
+    lines = message.splitlines()
+    detail = lines[0] if lines else "syntax error"
+    if detail.startswith(_LEXER):  # the line after it puts a caret under the character
+        at = lines[1].find("^") - len(_LEXER) if len(lines) > 1 else -1
+        detail = f"unexpected {override[at]!r} at character {at + 1}" if 0 <= at < len(override) else "syntax error"
+    if "=" not in override:
+        # Also what the shell leaves of `env.name=a b`: its last word comes as an override of its own.
+        return (f"cannot parse override {override!r} (no '='): write key=value, e.g. trainer.total_steps=5; "
+                "a value with spaces must be quoted, or the shell splits it into words: 'key=\"value with spaces\"'")
+    detail = detail.removeprefix(f"Error parsing override '{override}'").strip() or "syntax error"
+    if not _KEY.fullmatch(override.partition("=")[0]):
+        return (f"cannot parse override {override!r} ({detail}): write key=value; a list entry is key.N "
+                "(tasks.0.group_size=4), a mapping {key:value,...}")
+    if not override.partition("=")[2].isprintable():  # a pasted newline or tab: no quoting helps there
+        return (f"cannot parse override {override!r} ({detail}): its value holds a control character "
+                "(a newline or tab, often pasted with it): remove it")
+    return (f"cannot parse override {override!r} ({detail}): quote a value with spaces, commas, brackets, braces, "
+            f"quotes, '=' or other special characters, in the shell {_shell_quoted(override)}; a list is [a,b] "
+            "and a mapping {key:value}, their brackets closed")
+
+
+def _sweep_line(override: str) -> str:
+    """One line for `key=a,b` or `key=choice(a,b)`: Hydra reads several values as a sweep, and its
+    hints (a list, quotes, --multirun) were dropped with all but its first line."""
+    key, _, value = override.partition("=")
+    first = value.split(",", 1)[0] if "(" not in value else "VALUE"
+    return (f"override {override!r} gives several values, a sweep, which roll-agentic train does not run "
+            f"(no --multirun): give one value per run ({key}={first}); to keep the commas in one string, quote "
+            f"the value, in the shell {_shell_quoted(override)}; for a key that takes a list, write {key}=[a,b]")
+
+
 def unknown_key_line(name: str, cls: type) -> str:
     """One line for a key schema class `cls` lacks: the closest one it has, and all of them."""
     # As an override writes it (tasks.0.max_turn): OmegaConf's tasks[0].max_turn is a form the
@@ -132,6 +192,10 @@ def unknown_key_line(name: str, cls: type) -> str:
 
 def load_config(overrides: list[str], config_dir: str | Path | None = None, config_name: str = "config") -> Config:
     """Composes and validates; raises ConfigError with one line on any bad key or value."""
+    for override in overrides:
+        problem = _unsupported_override(override)
+        if problem:
+            raise ConfigError(problem)
     register_schema()
     conf_dir = Path(config_dir or DEFAULT_CONF_DIR).resolve()
     given = conf_dir / config_name
@@ -179,6 +243,31 @@ def load_config(overrides: list[str], config_dir: str | Path | None = None, conf
         key, cls = unknown[0]
         raise ConfigError(unknown_key_line(key, cls))
     return validate(obj)
+
+
+def _unsupported_override(override: str) -> str:
+    """Why `override` is refused before Hydra sees it, or "". Hydra's compose() takes these and
+    they did nothing: it reads no hydra.* setting (hydra.run.dir made no directory; the run's is
+    <output_dir>/<run_name>), and `~trainer` or `~tasks` deleted a section that to_object filled
+    back with its defaults (`~trainer.lr` failed as a bare "Error merging override"). `+key=` and
+    `++key=` pass: `++` sets a key, and a `+` key the schema lacks is refused by _unknown_keys."""
+    key = override.partition("=")[0].strip()
+    if key.startswith("~"):
+        name = key.lstrip("~") or "KEY"
+        return (f"override {override!r}: deleting a key (~{name}) is not supported by roll-agentic train, as every "
+                f"key has a value in the schema: set {name} to its default value (roll_agentic/config.py) or remove "
+                "it from your config file")
+    name = key.lstrip("+")
+    # hydra.searchpath does work with compose(): load_config sets it for a folder of the user's own.
+    if name.split(".", 1)[0].split("/", 1)[0] != "hydra" or name.startswith("hydra.searchpath"):
+        return ""
+    if "dir" in name:  # hydra.run.dir, hydra.sweep.dir, hydra.runtime.output_dir, hydra.job.chdir
+        instead = ("the run's directory is <output_dir>/<run_name>: set output_dir=DIR (and run_name=NAME) "
+                   "instead")
+    else:
+        instead = "set the run's own keys instead (roll_agentic/config.py; `roll-agentic train --help`)"
+    return (f"override {override!r}: Hydra's own settings (hydra.*, hydra/...) are not supported by roll-agentic "
+            f"train, which composes the config only and would ignore them; {instead}")
 
 
 _SHADOW = ("{path}: rename your file (e.g. to my_run.yaml): a file named config.yaml shadows the built-in "

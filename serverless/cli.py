@@ -186,16 +186,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                                memory_mb=args.memory, timeout_s=args.timeout)
     cfg = deploy_mod.deploy(_client(args), spec)
     if spec.missing_on_lambda:
-        print(_missing_line(Path(args.path).name, spec.missing_on_lambda), file=sys.stderr)
+        print(f"warning: {deploy_mod.missing_imports_warning(Path(args.path).name, spec.missing_on_lambda)}", file=sys.stderr)
     print(f"deployed {cfg['FunctionName']} ({cfg['Handler']}, {cfg['MemorySize']} MB, "
           f"timeout {cfg['Timeout']} s, {cfg['CodeSize']} bytes): {cfg['State']}")
     return 0
-
-
-def _missing_line(what: str, missing: list[str]) -> str:
-    return (f"warning: {what} imports {', '.join(missing)}, which AWS Lambda's Python runtime does not have: "
-            "it runs here (the emulator's workers use this environment) but fails on AWS; deploy a folder "
-            "holding those packages, or use the standard library")
 
 
 def _module_path(given: str) -> Path:

@@ -25,6 +25,12 @@ from serverless import logfiles, proctree
 from serverless.functions import FunctionRecord
 
 _HEADER = struct.Struct(">I")
+# What a worker keeps of the emulator's own environment: what Lambda's runtime sets as well (PATH,
+# LANG, TZ, LD_LIBRARY_PATH) and what this interpreter may need to start (PYTHON*, HOME, a temp
+# folder). Inheriting all of it, a variable the function reads but was never given (a shell's
+# `export REWARD_MODEL_WEIGHTS=...`) worked here and was missing on AWS, where nothing said so.
+HOST_KEEP = frozenset({"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP", "LD_LIBRARY_PATH"})
+HOST_KEEP_PREFIXES = ("LC_", "PYTHON")
 PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
 INIT_LIMIT_S = 10.0  # Lambda's limit on the init phase, on top of the function timeout
 MIN_HANDLER_S = 0.1  # what a handler gets at least after an init that used up its allowance
@@ -119,6 +125,12 @@ class Environment:
         return self.state != "stopped" and self.proc.returncode is None
 
 
+def host_environment(environ: dict[str, str] | os._Environ) -> dict[str, str]:
+    """The part of the emulator's environment a worker starts with (HOST_KEEP); the function's
+    own variables and the AWS_LAMBDA_* ones are added to it."""
+    return {k: v for k, v in environ.items() if k in HOST_KEEP or k.startswith(HOST_KEEP_PREFIXES)}
+
+
 class EnvironmentPool:
     """Ready environments per function, started on demand and evicted when idle."""
 
@@ -193,7 +205,7 @@ class EnvironmentPool:
     # -- internals ------------------------------------------------------------
 
     async def _start(self, rec: FunctionRecord, code_dir: Path) -> Environment:
-        env_vars = {k: v for k, v in os.environ.items() if not k.startswith("ROLL_AGENTIC_SERVERLESS_")}
+        env_vars = host_environment(os.environ)
         env_vars.setdefault("MALLOC_ARENA_MAX", "2")  # see worker.py: arenas count against RLIMIT_AS
         env_vars.update(rec.environment)
         env_vars.update(

@@ -38,6 +38,7 @@ from serverless.meters import Meters
 LOG_TAIL_BYTES = 4096
 MAX_RESPONSE_BYTES = 6291556  # Lambda's limit on a synchronous response, as its error message states
 EVENT_MAX_ATTEMPTS = 3  # the first try and two retries
+EVENT_CODE_POLL_S = 0.05  # how often an event waiting out a code update looks again
 EVENT_MAX_AGE_S = 6 * 3600.0  # Lambda's default MaximumEventAgeInSeconds
 EVENT_THROTTLE_WAIT_MAX_S = 2.0  # a throttled event tries again at least this often
 EVENT_BACKLOG_REASON = "EventQueueFull"  # the emulator's own Reason: AWS's queue has no limit it states
@@ -217,6 +218,8 @@ class Invoker:
         submitted = time.monotonic()
         attempts, waits = 0, 0
         while attempts < EVENT_MAX_ATTEMPTS:
+            if not await self._wait_for_code(name, rid, submitted):
+                return
             try:
                 # A slot for the attempt only: held through the waits below, 64 throttled events
                 # of one function stalled every other function's events for minutes.
@@ -245,6 +248,27 @@ class Invoker:
             if attempts < EVENT_MAX_ATTEMPTS:
                 self.meters.of(name).event_retries += 1
                 await asyncio.sleep(self.event_retry_delay_s * attempts)
+
+    async def _wait_for_code(self, name: str, rid: str, submitted: float) -> bool:
+        """Waits, holding no slot and spending no attempt, while an update of the function is under
+        way: UpdateFunctionCode switches it to code unpacked only at activation, a transition later,
+        while its state stays Active; a retry in that gap started a worker in a folder not there yet
+        (FileNotFoundError), and the event was dropped after its attempts. What the server's _ready
+        does for a synchronous invoke. False once the event is past `max_event_age_s` (dropped, logged)."""
+        while True:
+            rec = self.store.functions.get(name)
+            if rec is None or rec.state != "Active":
+                return True  # deleted, or its update failed: the attempt says so
+            if rec.last_update_status != "InProgress" and self.store.code_dir(rec).is_dir():
+                return True
+            age_s = time.monotonic() - submitted
+            if age_s >= self.max_event_age_s:
+                self.meters.of(name).async_events_dropped += 1
+                self.logs.write(name, f"EVENT RequestId: {rid} dropped: its function's update was still in "
+                                      f"progress after {age_s:.1f} s, past the maximum event age of "
+                                      f"{self.max_event_age_s:g} s\n")
+                return False
+            await asyncio.sleep(min(EVENT_CODE_POLL_S, self.max_event_age_s - age_s))
 
     async def _wait_throttled(self, name: str, rid: str, submitted: float, waits: int, e: Exception) -> bool:
         """Waits before a throttled event's next try (no slot held); False once the event is

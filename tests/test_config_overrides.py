@@ -123,3 +123,86 @@ def test_a_mistyped_key_inside_a_task_list_names_where_it_is_and_the_key_meant()
         load_config([CLIFF % ",max_turn:5"])
     assert str(err.value).startswith("unknown config key 'max_turn' in a task entry (did you mean 'max_turns'?); "
                                      "valid keys here: name, env_id,")
+
+
+@pytest.mark.parametrize("override, quoted", [
+    # Hydra's grammar refused these, and only its first line was kept: "no viable alternative
+    # at input '[1,2'" or "mismatched input '{' expecting <EOF>", naming neither override nor fix
+    ("x=[1,2", """'x="[1,2"'"""),
+    ("run_name=a(b", """'run_name="a(b"'"""),
+    ("run_name=a#b", """'run_name="a#b"'"""),
+    ("tasks.0.prompt_template=Say: {observation}", """'tasks.0.prompt_template="Say: {observation}"'"""),
+])
+def test_an_override_hydra_cannot_parse_is_named_with_its_value_quoted(override, quoted):
+    with pytest.raises(ConfigError) as err:
+        load_config([override])
+    msg = str(err.value)
+    assert f"cannot parse override {override!r}" in msg and f"in the shell {quoted}" in msg
+    assert "\n" not in msg
+
+
+def test_the_quoted_value_the_message_suggests_loads():
+    cfg = load_config(['tasks.0.prompt_template="Say: {observation}"'])
+    assert cfg.tasks[0].prompt_template == "Say: {observation}"
+
+
+@pytest.mark.parametrize("override, one", [("trainer.lr=1e-5,2e-5", "trainer.lr=1e-5"),
+                                           ("trainer.lr=choice(1e-5,2e-5)", "trainer.lr=VALUE")])
+def test_a_sweep_names_the_override_and_keeps_hydras_hints(override, one):
+    # was "Ambiguous value for argument '...'" alone: Hydra's hints (a list, quotes, --multirun) dropped
+    with pytest.raises(ConfigError) as err:
+        load_config([override])
+    msg = str(err.value)
+    assert msg.startswith(f"override {override!r} gives several values, a sweep, which roll-agentic train does not run")
+    assert f"one value per run ({one})" in msg and "quote the value, in the shell 'trainer.lr=" in msg
+    assert "trainer.lr=[a,b]" in msg and "\n" not in msg
+
+
+def test_a_word_the_shell_split_off_a_value_says_to_quote_it():
+    # `roll-agentic train run_name=a b` reaches Hydra as two overrides, the second without '='
+    with pytest.raises(ConfigError) as err:
+        load_config(["run_name=a", "b"])
+    assert str(err.value) == ("cannot parse override 'b' (no '='): write key=value, e.g. trainer.total_steps=5; a value "
+                              """with spaces must be quoted, or the shell splits it into words: 'key="value with spaces"'""")
+
+
+@pytest.mark.parametrize("override, instead", [
+    # compose() reads no hydra.* setting: these were accepted and did nothing
+    ("hydra.run.dir=x", "the run's directory is <output_dir>/<run_name>: set output_dir=DIR (and run_name=NAME) instead"),
+    ("++hydra.job.chdir=true", "set output_dir=DIR"),
+    ("hydra.verbose=true", "set the run's own keys instead"),
+    ("hydra/job_logging=disabled", "set the run's own keys instead"),
+])
+def test_hydras_own_settings_are_refused_up_front(override, instead):
+    with pytest.raises(ConfigError) as err:
+        load_config([override])
+    msg = str(err.value)
+    assert msg.startswith(f"override {override!r}: Hydra's own settings (hydra.*, hydra/...) are not supported by "
+                          "roll-agentic train") and instead in msg
+
+
+@pytest.mark.parametrize("override, name", [("~trainer", "trainer"), ("~tasks", "tasks"), ("~trainer.lr", "trainer.lr"),
+                                            ("~trainer.lr=0.005", "trainer.lr")])
+def test_deleting_a_key_is_refused_up_front(override, name):
+    # `~trainer` and `~tasks` were accepted and the defaults filled back in; `~trainer.lr` said
+    # only "Error merging override ~trainer.lr"
+    with pytest.raises(ConfigError) as err:
+        load_config([override])
+    assert str(err.value) == (f"override {override!r}: deleting a key (~{name}) is not supported by roll-agentic "
+                              f"train, as every key has a value in the schema: set {name} to its default value "
+                              "(roll_agentic/config.py) or remove it from your config file")
+
+
+def test_the_cli_refuses_hydra_run_dir_before_any_work(capsys):
+    from roll_agentic.cli import main
+
+    assert main(["train", "hydra.run.dir=elsewhere"]) == 2
+    assert "set output_dir=DIR" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("override", ["trainer.total_steps=\n", "tasks=[\n", "trainer.total_steps=1,\n2"])
+def test_a_control_character_in_a_value_is_named_on_one_line(override):
+    # Quoting the value kept the newline: the suggested fix spread the one-line error over two.
+    with pytest.raises(ConfigError) as err:
+        load_config([override])
+    assert "\n" not in str(err.value) and "control character" in str(err.value)

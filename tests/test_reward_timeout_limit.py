@@ -3,7 +3,8 @@ at most 900 s, so more is refused when the config is read, not after Ray and the
 
 import pytest
 
-from roll_agentic.config import ConfigError, _uses_reward_timeout
+from roll_agentic.config import ConfigError
+from roll_agentic.config_check import _uses_reward_timeout
 from roll_agentic.hydra_config import load_config
 
 

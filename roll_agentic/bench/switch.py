@@ -64,10 +64,20 @@ class SwitchBenchConfig:
     lora_rank: int = 16  # 0: no LoRA rounds
 
 
+# The least each flag can be, checked by argparse and again for a config built in code. One round
+# gives no warm switch (each job's first is fresh) and then no median; the samples draw token ids
+# from 2 up, 0 and 1 being pad/bos and eos (random_model.py), so a vocab of 2 fails in torch.randint.
+# Below 3 nothing fails: a small vocab only shrinks the embedding, the switched state being set by
+# --hidden and --layers (the 64 required before was not needed).
+MIN_ROUNDS = 2
+MIN_VOCAB = 3
+
+
 def _validate(cfg: SwitchBenchConfig) -> None:
     check_model_options("switch", cfg.device, cfg.hidden)
-    if cfg.layers < 1 or cfg.rounds < 2 or cfg.vocab < 64 or cfg.lora_rank < 0:
-        raise SystemExit("bench switch: --layers >= 1, --rounds >= 2, --vocab >= 64 and --lora-rank >= 0")
+    if cfg.layers < 1 or cfg.rounds < MIN_ROUNDS or cfg.vocab < MIN_VOCAB or cfg.lora_rank < 0:
+        raise SystemExit(f"bench switch: --layers >= 1, --rounds >= {MIN_ROUNDS}, --vocab >= {MIN_VOCAB} and "
+                         "--lora-rank >= 0")
 
 
 def _samples(vocab: int, seed: int):
@@ -179,11 +189,17 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Adds the `switch` benchmark to the `bench` command's subparsers."""
+    # conflict_handler="resolve": --vocab is declared again below, with this benchmark's lower bound
+    # in place of the shared options' at_least(1), so argparse refuses a vocab it cannot run.
     p = subparsers.add_parser("switch", help="RollMux job switch on one trainer: warm (host memory) vs cold (checkpoint)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                              conflict_handler="resolve")
     d = SwitchBenchConfig()
     add_model_options(p, d)
-    p.add_argument("--rounds", type=at_least(1), default=d.rounds, help="rounds of two switches each, at least 2 (default: %(default)s)")
+    p.add_argument("--vocab", type=at_least(MIN_VOCAB), default=d.vocab,
+                   help=f"vocabulary size, at least {MIN_VOCAB} (default: %(default)s)")
+    p.add_argument("--rounds", type=at_least(MIN_ROUNDS), default=d.rounds,
+                   help=f"rounds of two switches each, at least {MIN_ROUNDS} (default: %(default)s)")
     p.add_argument("--lora-rank", type=at_least(0), default=d.lora_rank,
                    help="also switch two LoRA jobs of this rank warm, adapters only resident; 0: skip (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print only the JSON line")

@@ -10,6 +10,12 @@ Compute-rich GPUs (H800-class) prefill fast; bandwidth-rich ones (H20-class)
 decode cheaply. Which class is cheaper therefore depends on the request's
 prefill:decode mix, not on its size: a many-turn task with a long growing
 context is prefill-heavy, a long-answer task decode-heavy (RollArt R1).
+
+A pool may be billed at its own price (pools[].price_per_hour: spot and
+on-demand engines of one class, or a provider's real rate), which then
+stands in for its class's: the seconds come from the class, the dollars from
+what that pool's engines cost. A price of 0 is "not given" (the config's
+default), never "free": a free pool would win every request.
 """
 
 from __future__ import annotations
@@ -43,9 +49,11 @@ class HardwareClass:
     def seconds(self, prefill_tokens: float, decode_tokens: float) -> float:
         return prefill_tokens / self.prefill_tokens_per_s + decode_tokens / self.decode_tokens_per_s
 
-    def cost(self, prefill_tokens: float, decode_tokens: float) -> float:
-        """Dollars of engine time one request with this mix occupies."""
-        return self.price_per_hour / 3600.0 * self.seconds(prefill_tokens, decode_tokens)
+    def cost(self, prefill_tokens: float, decode_tokens: float, price_per_hour: float = 0.0) -> float:
+        """Dollars of engine time one request with this mix occupies, at `price_per_hour` when
+        given (> 0: the pool's own price), else at the class's."""
+        price = price_per_hour if price_per_hour > 0 else self.price_per_hour
+        return price / 3600.0 * self.seconds(prefill_tokens, decode_tokens)
 
 
 @dataclass(frozen=True)
@@ -71,19 +79,23 @@ class CostModel:
         return cls({name: HardwareClass(float(s["prefill_tokens_per_s"]), float(s["decode_tokens_per_s"]),
                                         float(s["price_per_hour"])) for name, s in specs.items()})
 
-    def cost(self, hardware: str, mix: RequestMix) -> float | None:
+    def cost(self, hardware: str, mix: RequestMix, price_per_hour: float = 0.0) -> float | None:
         hw = self.classes.get(hardware)
-        return None if hw is None else hw.cost(mix.prefill_tokens, mix.decode_tokens)
+        return None if hw is None else hw.cost(mix.prefill_tokens, mix.decode_tokens, price_per_hour)
 
-    def cheapest(self, candidates: Mapping[str, str], mix: RequestMix) -> tuple[str | None, dict[str, float]]:
+    def cheapest(self, candidates: Mapping[str, str], mix: RequestMix,
+                 pool_prices: Mapping[str, float] | None = None) -> tuple[str | None, dict[str, float]]:
         """The cheapest of `candidates` (pool -> hardware class) for `mix`, and every pool's cost.
 
-        Pools whose class the model does not know are left out; ties keep the
-        first candidate in order, so the caller decides who wins a tie.
+        `pool_prices` (pool -> $/engine-hour, 0 or absent: not given) prices a
+        pool's time in place of its class's price. Pools whose class the model
+        does not know are left out; ties keep the first candidate in order, so
+        the caller decides who wins a tie.
         """
         costs: dict[str, float] = {}
+        prices = pool_prices or {}
         for pool, hardware in candidates.items():
-            c = self.cost(hardware, mix)
+            c = self.cost(hardware, mix, prices.get(pool, 0.0))
             if c is not None:
                 costs[pool] = c
         if not costs:

@@ -7,9 +7,10 @@ one of two policies:
 - `affinity` (RollArt R1): each task names its pool; tasks without one go to
   the default pool.
 - `phase_aware`: the request's prefill tokens (context the engine does not
-  hold yet) and expected decode tokens (running per-task average) are priced
-  on each pool's hardware class with the cost model, and the cheapest pool
-  wins; ties go to the task's own pool.
+  hold yet) and expected decode tokens (running per-task average) are timed
+  on each pool's hardware class with the cost model and priced at the pool's
+  own price_per_hour where the config gives one (else its class's), and the
+  cheapest pool wins; ties go to the task's own pool.
 
 Inside a pool: the engine with the fewest active trajectories. A pool with no
 live engine sends its requests to the default pool and counts a fallback
@@ -20,6 +21,7 @@ live engine sends its requests to the default pool and counts a fallback
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +71,10 @@ class RoutingTable:
     policy: str = "affinity"  # affinity | phase_aware
     cost_model: CostModel | None = None
     decode_prior: dict[str, float] = field(default_factory=dict)  # task -> expected reply tokens
+    # pool -> $ per engine-hour (pools[].price_per_hour; 0 or absent: not given, its class's price
+    # stands). Before, only the class's price was used, so pools priced in the config and left at
+    # router.hardware's default price of 1.0 were chosen by expected time alone.
+    pool_prices: dict[str, float] = field(default_factory=dict)
     sticky: dict[str, int] = field(default_factory=dict)
     context: dict[str, int] = field(default_factory=dict)  # traj -> tokens its engine already holds
     routed: dict[str, dict[str, int]] = field(default_factory=dict)  # task -> pool -> count
@@ -83,6 +89,16 @@ class RoutingTable:
     def __post_init__(self) -> None:
         if self.policy not in ("affinity", "phase_aware"):
             raise ValueError(f"router policy: expected affinity or phase_aware, got {self.policy!r}")
+        bad = {p: v for p, v in self.pool_prices.items() if not (0.0 <= v < math.inf)}
+        if bad:
+            raise ValueError(f"router pool prices: expected $/engine-hour >= 0 (0 = not given), got {bad}")
+        pools = sorted({e.pool for e in self.engines})
+        priced = [p for p in pools if self.pool_prices.get(p, 0.0) > 0]
+        if self.policy == "phase_aware" and priced and len(priced) < len(pools):
+            # Dollars from a pool's price against router.hardware's price of a class (1.0 by default)
+            # compare only if both are real rates: said once, where the run starts.
+            log.warning("router: pools %s have a price_per_hour and %s do not; these are costed at their "
+                        "hardware class's router.hardware price", priced, [p for p in pools if p not in priced])
 
     # -- the decision ------------------------------------------------------------------------
     def assign(self, task: str, traj_id: str, prompt_tokens: int = 0) -> int:
@@ -140,7 +156,8 @@ class RoutingTable:
         if not candidates:
             return own  # none can serve: the fallback is taken (and counted) in _pick
         mix = self.estimate(task, traj_id, prompt_tokens)
-        best, costs = self.cost_model.cheapest(candidates, mix)
+        # cost per trajectory turn = its time on the pool's hardware x that pool's price
+        best, costs = self.cost_model.cheapest(candidates, mix, self.pool_prices)
         if best is None:  # no pool's class is in the cost model: nothing to compare
             return own
         self.decisions[task] = {"pool": best, "prefill_tokens": mix.prefill_tokens,
@@ -242,11 +259,12 @@ class Router:
 
     def __init__(self, engines: list[tuple[str, str]], task_pools: dict[str, str], policy: str = "affinity",
                  hardware: Mapping[str, Any] | None = None, decode_prior: dict[str, float] | None = None,
-                 default_pool: str = "default"):
+                 default_pool: str = "default", prices: Mapping[str, float] | None = None):
         cost_model = _cost_model(hardware) if hardware else None
         self.table = RoutingTable([EngineSlot(i, pool, hw) for i, (pool, hw) in enumerate(engines)], task_pools,
                                   default_pool=default_pool, policy=policy, cost_model=cost_model,
-                                  decode_prior=dict(decode_prior or {}))
+                                  decode_prior=dict(decode_prior or {}),
+                                  pool_prices={p: float(v) for p, v in (prices or {}).items()})
 
     def assign(self, task: str, traj_id: str, prompt_tokens: int = 0) -> int:
         return self.table.assign(task, traj_id, prompt_tokens)
@@ -290,7 +308,7 @@ def _cost_model(hardware: Mapping[str, Any]) -> CostModel:
 
 
 def router_kwargs(cfg: Any) -> dict:
-    """The Router's constructor arguments for a Config: its pools, task map, policy and cost model."""
+    """The Router's constructor arguments for a Config: its pools, task map, policy, cost model and prices."""
     from roll_agentic.config import effective_pools
 
     return {
@@ -301,4 +319,6 @@ def router_kwargs(cfg: Any) -> dict:
                             "decode_tokens_per_s": h.decode_tokens_per_s, "price_per_hour": h.price_per_hour}
                      for name, h in cfg.router.hardware.items()},
         "decode_prior": {t.name: float(t.max_new_tokens) for t in cfg.tasks},
+        # the prices the step metrics bill each pool at (train/step_metrics.py): routing costs the same
+        "prices": {p.name: float(p.price_per_hour) for p in effective_pools(cfg)},
     }

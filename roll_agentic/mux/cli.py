@@ -6,8 +6,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from roll_agentic.arg_types import positive
+
+if TYPE_CHECKING:
+    from roll_agentic.mux.mux_config import MuxConfig
 
 RUN_EPILOG = """\
 the yaml names the pools and the jobs (see conf/mux/two_tiny.yaml):
@@ -29,11 +33,15 @@ def _load_jobs(path: str):
     return composed(specs)
 
 
-def composed(specs):
+def composed(specs, m=None):
     """Each job's spec and config, none refused by its config alone: else a ConfigError that
-    names the job (before, a refused job showed only in a status line while the others ran)."""
+    names the job (before, a refused job showed only in a status line while the others ran).
+
+    `m` (the mux settings): each job's `engine.*` also checked against the shared engines it
+    will run on, and its engine section made theirs (mux/job_engine_config.py)."""
     from roll_agentic.config import ConfigError
     from roll_agentic.mux.admission import config_refusal
+    from roll_agentic.mux.job_engine_config import on_pool_engines
     from roll_agentic.mux.session import compose_job
 
     jobs = []
@@ -45,8 +53,24 @@ def composed(specs):
         why = config_refusal(cfg)
         if why:
             raise ConfigError(f"job {spec.name}: {why}")
-        jobs.append((spec, cfg))
+        jobs.append((spec, cfg if m is None else on_pool_engines(spec, cfg, m)))
     return jobs
+
+
+def _settings_of(multiplexer) -> MuxConfig:
+    """Runs inside the multiplexer actor (`__ray_call__`): the mux settings it was started with."""
+    return multiplexer.m
+
+
+def pool_settings(mux) -> MuxConfig | None:
+    """The running multiplexer's `MuxConfig`: what its shared engines were built from.
+
+    Read through Ray's `__ray_call__`, which every actor handle of the pinned Ray has; None
+    for a stand-in handle without it (nothing is checked against the engines then)."""
+    import ray
+
+    call = getattr(mux, "__ray_call__", None)
+    return None if call is None else ray.get(call.remote(_settings_of))
 
 
 def failed_jobs(summary: dict) -> list[str]:
@@ -82,7 +106,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             overrides = run_overrides(run)  # a LoRA run's jobs must go on as LoRA jobs, etc.
             print(f"resuming with the run's overrides: {' '.join(overrides)}", file=sys.stderr)
         m.jobs = with_overrides(m.jobs, overrides)
-        jobs = composed(m.jobs)
+        jobs = composed(m.jobs, m)  # engine.* against the pool's engines, before anything starts
         run_name = run.name if run is not None else args.run_name
     except (ConfigError, FileNotFoundError) as err:
         print(f"config error: {err}", file=sys.stderr)
@@ -120,6 +144,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     import ray
 
     from roll_agentic.config import ConfigError
+    from roll_agentic.mux.job_engine_config import on_pool_engines
     from roll_agentic.mux.session import connect
 
     try:
@@ -127,9 +152,16 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         if _in_solo_pass(args, "submit"):
             return 1
         mux = connect(_address(args))
+        # Each job's engine.* against the engines it would share, before it is submitted.
+        settings = pool_settings(mux)
+        if settings is not None:
+            jobs = [(spec, on_pool_engines(spec, cfg, settings)) for spec, cfg in jobs]
     except (ConfigError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except ray.exceptions.RayActorError as err:  # the multiplexer died meanwhile
+        print(f"error: {_died(err)}", file=sys.stderr)
+        return 1
     failed = 0
     for spec, cfg in jobs:
         try:

@@ -16,7 +16,8 @@ import copy
 import re
 from pathlib import Path
 
-from roll_agentic.config import Config, validate
+from roll_agentic.config import Config
+from roll_agentic.config_check import validate
 from roll_agentic.mux.rollback_mark import checkpoint_step
 from roll_agentic.train.checkpoint import latest_checkpoint
 from roll_agentic.train.run_lock import free_name

@@ -145,7 +145,7 @@ def load_mux_config(path: str | Path, overrides: dict[str, Any] | None = None) -
     jobs = parse_jobs(raw.pop("jobs", []) or [], where=f"{path}: jobs")
     cfg = MuxConfig(**raw, jobs=jobs)
     e = range_problems(cfg)
-    if e:  # every problem at once, listed as `roll_agentic.config.validate` lists them
+    if e:  # every problem at once, listed as `roll_agentic.config_check.validate` lists them
         raise ConfigError(f"{path}: {e[0]}" + (f" (and {len(e) - 1} more: {'; '.join(e[1:])})" if len(e) > 1 else ""))
     return cfg
 

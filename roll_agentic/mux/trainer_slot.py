@@ -324,9 +324,9 @@ class TrainerSlot:
             # trainer: counted for each, an upper bound.
             frozen = sum(p.numel() * p.element_size() for p in tr.model.parameters() if not p.requires_grad)
             whole = tree_bytes(getattr(tr.model, "_lora_whole_initial", {}))
-            return 2 * tree_bytes(tr.state()) + frozen + whole, weights
+            return 2 * trainer_state_bytes(tr) + frozen + whole, weights
         ref = sum(p.numel() * p.element_size() for p in tr.ref_model.parameters()) if tr.ref_model else 0
-        return weights + tree_bytes(tr.state()) + ref, weights
+        return weights + trainer_state_bytes(tr) + ref, weights
 
     def checkpoint(self, job: str, version: int, run_state: dict, keep: int) -> str:
         spec = self.jobs[job]
@@ -349,6 +349,22 @@ class TrainerSlot:
 
     def ping(self) -> bool:
         return True
+
+
+def trainer_state_bytes(tr: PolicyTrainer) -> int:
+    """`tree_bytes(tr.state())`, counted from the live tensors: no copy is made.
+
+    `state()` builds the checkpoint's form of the optimizer state, on the CPU: on a GPU
+    trainer that copied every moment (twice the trained weights) to host memory only to
+    count its bytes. The same tensors are counted here where they are: the optimizer's
+    per-parameter state (`state_dict()["state"]` holds these very tensors, its step counts
+    included), the torch RNG state (numpy's and Python's are no tensors: `tree_bytes` counts
+    them as 0) and, for LoRA, the trained parameters (`adapter_state` copies exactly those).
+    """
+    optimizer = sum(tree_bytes(s) for s in tr.optimizer.state.values())
+    rng = tree_bytes(torch.get_rng_state())  # a few KiB, and what `state()` counts
+    trained = sum(p.numel() * p.element_size() for p in tr.model.parameters() if p.requires_grad) if tr.lora else 0
+    return optimizer + rng + trained
 
 
 def _move(tr: PolicyTrainer, device: torch.device) -> None:

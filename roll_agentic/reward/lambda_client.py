@@ -12,6 +12,15 @@ all) gave up on it while the function had capacity again moments later.
 boto3 is synchronous, so calls run in a thread pool as wide as the
 concurrency bound. The Tail log's REPORT line gives the billed duration, the
 memory size (for GB-seconds) and, on a cold start, `Init Duration`.
+
+One call has an overall deadline (`deadline_s`, by default `call_deadline_s`
+of the function's Timeout): the throttle budget alone could add minutes of
+backoff on top of max_retries full read waits, past the rollout phase's limit
+(mux phase_timeout_s, 900 s by default), which then failed the whole job for
+one reward. Once the next wait would end past the deadline the call stops
+retrying, and an attempt still running then is given up; either is a failed
+reward that "timed out after" (ok=False, not deterministic), as the local
+client reports one, so the trajectory is left out and the run goes on.
 """
 
 from __future__ import annotations
@@ -92,6 +101,16 @@ def read_timeout_s(function_timeout_s: float) -> float:
     return float(function_timeout_s) + LAMBDA_INIT_ALLOWANCE_S + READ_TIMEOUT_SLACK_S
 
 
+def call_deadline_s(function_timeout_s: float, max_retries: int, backoff_max_s: float) -> float:
+    """The default limit on one score() call: what its general retries may take at most, i.e.
+    every attempt waiting out its full read timeout plus each backoff at its cap.
+
+    Throttle retries fit inside it rather than add to it: at the defaults (Timeout 30 s, 4
+    retries) that is 233 s, and 683 s for a 120 s function (code_exec), both under the
+    rollout phase's 900 s, where the throttle budget on top reached past it."""
+    return (max_retries + 1) * read_timeout_s(function_timeout_s) + max_retries * backoff_max_s
+
+
 @dataclass
 class Report:
     billed_ms: float = 0.0
@@ -155,7 +174,11 @@ class ServerlessRewardClient:
         max_throttle_retries: int | None = None,  # None: 3 x max_retries (0 stays "never retry")
         throttle_backoff_base_s: float = 0.5,
         throttle_backoff_max_s: float = 20.0,
+        deadline_s: float | None = None,  # one call's limit, from its slot on; None: call_deadline_s
     ) -> None:
+        if deadline_s is not None and not deadline_s > 0:
+            raise ValueError(f"deadline_s: expected a number of seconds > 0 or None, got {deadline_s!r}")
+        self.deadline_s = deadline_s
         self.prefix = function_prefix
         self.max_retries = max_retries
         self.backoff_base_s, self.backoff_max_s = backoff_base_s, backoff_max_s
@@ -217,6 +240,14 @@ class ServerlessRewardClient:
         resp = self._client_for(name).invoke(FunctionName=name, InvocationType="RequestResponse", LogType="Tail", Payload=payload)
         return resp, resp["Payload"].read()
 
+    def limit_s(self, name: str) -> float:
+        """How long one call of `name` may take in all: `deadline_s`, else what its retries may
+        take (`call_deadline_s`) by the function's Timeout once known, else by `timeout_s`."""
+        if self.deadline_s is not None:
+            return self.deadline_s
+        timeout_s = self._function_timeouts.get(name, self._default_timeout_s)
+        return call_deadline_s(timeout_s, self.max_retries, self.backoff_max_s)
+
     async def score(self, function: str, summary: dict) -> RewardOutcome:
         t0 = time.monotonic()
         name = self.function_name(function)
@@ -228,8 +259,24 @@ class ServerlessRewardClient:
         a = _Attempts()
         loop = asyncio.get_running_loop()
         async with self._sem:
+            # The clock starts with the slot: time queued behind other calls is bounded by
+            # theirs, and counting it here failed calls that never got to try.
+            started = time.monotonic()
+
+            def timed_out(last: str) -> RewardOutcome:
+                # Read at the end: the first attempt may have learnt the function's Timeout.
+                error = f"{name}: timed out after {self.limit_s(name):g}s ({a.retries + 1} attempts); last: {last}"
+                return RewardOutcome(None, False, time.monotonic() - t0, a.retries, a.cold, a.throttles, a.billed_ms,
+                                     a.gb_s, error)
+
             while True:
-                value, error, retryable = await self._attempt(loop, name, payload, a)
+                left = started + self.limit_s(name) - time.monotonic()
+                try:
+                    # A hung attempt is given up at the deadline; its thread runs on to the read
+                    # timeout (threads cannot be stopped), and the pool serves other calls meanwhile.
+                    value, error, retryable = await asyncio.wait_for(self._attempt(loop, name, payload, a), left)
+                except TimeoutError:
+                    return timed_out("an attempt was still running")
                 if value is not None:
                     return RewardOutcome(value, True, time.monotonic() - t0, a.retries, a.cold, a.throttles, a.billed_ms, a.gb_s)
                 a.errors.append(error)
@@ -242,12 +289,17 @@ class ServerlessRewardClient:
                         error = f"gave up after {a.retries + 1} attempts; last: {error}"
                     return RewardOutcome(None, False, time.monotonic() - t0, a.retries, a.cold, a.throttles, a.billed_ms,
                                          a.gb_s, f"{name}: {error}", deterministic=a.deterministic and not retryable)
+                if a.throttled:
+                    delay = self.throttle_delay_s(a.throttle_retries + 1, a.retry_after_s)
+                else:
+                    delay = _backoff_s(self.backoff_base_s, self.backoff_max_s, a.other_retries + 1)
+                # Near the deadline: a retry that could only start at or past it is not made.
+                if time.monotonic() + delay >= started + self.limit_s(name):
+                    return timed_out(error)
                 a.retries += 1
                 if a.throttled:
                     a.throttle_retries += 1
-                    await asyncio.sleep(self.throttle_delay_s(a.throttle_retries, a.retry_after_s))
-                else:
-                    await asyncio.sleep(_backoff_s(self.backoff_base_s, self.backoff_max_s, a.other_retries))
+                await asyncio.sleep(delay)
 
     def throttle_delay_s(self, n: int, retry_after: float | None) -> float:
         """The wait before the `n`-th retry after a throttle: exponential with jitter, and

@@ -40,7 +40,7 @@ def deploy_rewards(endpoint_url: str, names: list[str], cfg: RewardConfig, sourc
     """
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from serverless.deploy import deploy, lambda_client, spec_for
+    from serverless.deploy import deploy, lambda_client, missing_imports_warning, spec_for
 
     paths = [_module_file(name, source_dir) for name in dict.fromkeys(names)]  # all found before any deploy
     client = lambda_client(endpoint_url, cfg.region, max_attempts=3)
@@ -49,9 +49,7 @@ def deploy_rewards(endpoint_url: str, names: list[str], cfg: RewardConfig, sourc
         for path in paths:
             spec = spec_for(path, prefix=cfg.function_prefix)
             if spec.missing_on_lambda:
-                log.warning("reward module %s imports %s, which AWS Lambda's Python runtime does not have: it "
-                            "runs in the local emulator but would fail on AWS", path.name,
-                            ", ".join(spec.missing_on_lambda))
+                log.warning("reward module %s", missing_imports_warning(path.name, spec.missing_on_lambda))
             if "LAMBDA_TIMEOUT_S" not in _declared(path):
                 spec.timeout_s = max(1, int(round(cfg.timeout_s)))
             try:

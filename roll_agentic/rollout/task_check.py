@@ -164,11 +164,24 @@ def _reward_problem(name: str, summary: dict, need_handler: bool = False) -> str
     file = shown_as(name)
     expected = f"expected {file} with reward(summary) and handler(event, context)"
     try:
-        source_file(name)
+        path = source_file(name)
     except TopLevelModule as err:  # "expected rewards/<name>.py" would send its author to the installed package
         return str(err)
     except FileNotFoundError as err:
         return f"{err} ({expected})"
+    if need_handler:
+        # Deployed as one file, a module importing its own package or neighbours imported fine
+        # here (or failed to, saying less) and failed every invoke on AWS (Runtime.ImportModuleError);
+        # the deploy refuses it. Before the import, which fails first on a neighbour's plain name.
+        from serverless.deploy import local_import_problem
+
+        module_path = module_name(name)
+        try:
+            problem = local_import_problem(path, package=module_path.split(".")[0] if "." in module_path else "")
+        except ValueError:  # a syntax error: the import below names it
+            problem = ""
+        if problem:
+            return f"reward {name!r}: {problem}"
     try:
         module = importlib.import_module(module_name(name))
     except Exception as err:  # noqa: BLE001 - the module's own import error, named

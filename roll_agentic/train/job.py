@@ -18,7 +18,8 @@ from pathlib import Path
 
 import ray
 
-from roll_agentic.config import Config, effective_pools, validate
+from roll_agentic.config import Config, effective_pools
+from roll_agentic.config_check import validate
 from roll_agentic.engine.pool_stats import collect_engine_stats
 from roll_agentic.engine.router import Router, router_kwargs
 from roll_agentic.rollout.buffer import RolloutFailing
@@ -81,6 +82,7 @@ class TrainingJob:
         self.worker_runs: list = []
         self._last_engine_stats: list[dict] = []
         self.guard = StepGuard()  # Ctrl-C never leaves a half-done step in a checkpoint
+        self._unfinished: dict = {}  # what a step with a whole update has left: `_finish_trained_step`
         self.term = SigtermAsInterrupt()  # installed by `run`, from the start of start-up
         self.lock = RunDirLock(self.run_dir)
 
@@ -224,11 +226,31 @@ class TrainingJob:
         samples = samples_from_groups(groups, self.cfg.algo.adv_eps, self.cfg.algo.advantage)
         return self.trainer.train_step(samples)
 
-    def sync_phase(self) -> dict[str, float]:
+    def _update_done(self, train_m: dict[str, float]) -> None:
+        """The update is whole (every optimizer step taken, trainer.step counted): the step counts
+        as trained from here, unpublished yet. An error from here on saves it (StepGuard's doc)."""
         self.version += 1
+        self._unfinished = {"advance": self.version, "row": dict(train_m)}
+        self.guard.update_done()
+
+    def sync_phase(self) -> dict[str, float]:
+        """Publishes the version `_update_done` counted, then opens the next step's rollout."""
         m = self.publisher.publish(self.version, self.trainer.engine_state_dict())
         ray.get(self.buffer.advance.remote(self.version))
+        self._unfinished.pop("advance", None)
         return m
+
+    def _finish_trained_step(self, log=None) -> None:
+        """What a step stopped after its whole update (an engine refused the weights, a worker died)
+        lacks to be saved as trained. The buffer's advance: one still counting the step's groups as
+        handed out re-rolled them on resume, one step behind (staleness, quota). Not the engines: a
+        resume publishes the checkpoint's weights to its fresh ones (`_maybe_resume`). Raises if the
+        buffer is gone: nothing is saved then, the last checkpoint stands."""
+        if "advance" in self._unfinished:
+            ray.get(self.buffer.advance.remote(self._unfinished["advance"]))
+            del self._unfinished["advance"]
+        if log is not None and "row" in self._unfinished:  # its row, or the log had a gap there
+            log.write(self.version, self._unfinished.pop("row"))
 
     def checkpoint(self, untrained: bool = False) -> Path:
         """Saves the run. `untrained`: the groups the buffer handed out since its last
@@ -294,6 +316,7 @@ class TrainingJob:
             t1 = time.perf_counter() - train_m["tail/final_grad_s"]
             self.guard.begin()  # ended by run() once the step is logged
             train_m = self._apply_streamed(train_m)
+            self._update_done(train_m)
             t2 = time.perf_counter()
             sync_m = self.sync_phase()
         else:
@@ -301,6 +324,7 @@ class TrainingJob:
             t1 = time.perf_counter()
             self.guard.begin()
             train_m = self.train_phase(groups)
+            self._update_done(train_m)
             t2 = time.perf_counter()
             sync_m = self.sync_phase()
         t3 = time.perf_counter()
@@ -317,6 +341,7 @@ class TrainingJob:
         m.update(buffer_m)
         m.update({"step": float(self.version), "time/step_s": t3 - t0, "time/rollout_wait_s": t1 - t0,
                   "time/train_s": t2 - t1, "time/sync_s": t3 - t2})
+        self._unfinished["row"] = m  # the whole step's row now, should run() stop before logging it
         if not hold_until_logged:
             self.guard.end()
         return m
@@ -368,13 +393,14 @@ class TrainingJob:
                     if evaluation_due(cfg.eval, self.version, cfg.trainer.total_steps):
                         m.update(run_evaluation(self.workers, cfg.tasks, cfg.eval))  # on the weights just loaded
                     log.write(self.version, m)
+                    self._unfinished.pop("row", None)
                     progress.update(m)
                     self.guard.end()  # the step is whole: a Ctrl-C held meanwhile stops the run here
                     if self.version % cfg.trainer.save_every == 0 or self.version == cfg.trainer.total_steps:
                         self.checkpoint()
         except KeyboardInterrupt:
             interrupted = True
-            torn = self.guard.torn
+            torn, trained = self.guard.torn, self.guard.active  # active, not torn: its update is whole
             self.guard.abandon()
             cause = "terminated (SIGTERM)" if self._terminated(term) else "interrupted"
             if torn:
@@ -386,7 +412,11 @@ class TrainingJob:
                 # (a streamed round's so far, or its batch) that trained nothing: saved as not
                 # taken, or a resume never ran their prompts (a whole step's advance emptied the
                 # list). Their streamed gradients are in no weight or optimizer state saved.
+                # One whose update is whole (`trained`: a KeyboardInterrupt not the guard's
+                # second) is first counted as trained, its buffer advanced.
                 try:
+                    if trained:
+                        self._finish_trained_step(log)
                     print(f"checkpoint: {self.checkpoint(untrained=True)}", flush=True)
                 except Exception as err:  # a full disk, a dead buffer actor: said, with what a resume has
                     last = latest_checkpoint(self.run_dir / "checkpoints")
@@ -394,14 +424,17 @@ class TrainingJob:
                               if last else "no checkpoint stands: a resume starts over")
                     print(f"checkpoint failed ({type(err).__name__}: {err}): {stands}", flush=True)
         except Exception:
-            # An error between steps (a worker died, every group failing): no step is half done,
-            # so the steps since the last save are kept, as a Ctrl-C keeps them (they were lost:
-            # up to save_every - 1 steps, while the error said to resume from the checkpoint).
-            self._save_before_error()
+            # An error between steps (a worker died, every group failing), or in a step after its
+            # update (the sync, the evaluation): no update is half done, so the steps since the last
+            # save are kept, as a Ctrl-C keeps them (they were lost: up to save_every - 1 steps, or
+            # every step since the save when the sync failed, while the error said to resume).
+            self._save_before_error(log)
             raise
         finally:
-            term.restore()
+            # The guard first: it puts back the handler it replaced, `term`'s. Restored after
+            # `term`, an error inside a step left SIGTERM raising Terminated after the run.
             self.guard.abandon()
+            term.restore()
             rows = log.read() if log else []
             if log:
                 log.close()
@@ -413,13 +446,17 @@ class TrainingJob:
         return {"run_dir": str(self.run_dir), "steps": self.version, "interrupted": interrupted,
                 "terminated": interrupted and self._terminated(term), "metrics": rows}
 
-    def _save_before_error(self) -> None:
-        """A checkpoint of the steps trained since the last one, unless a step is half done."""
+    def _save_before_error(self, log=None) -> None:
+        """A checkpoint of the steps trained since the last one, unless a step's update is half
+        done. One whose update is whole (the error came in its sync, its evaluation) is saved
+        as trained: the trainer's state is that step's, whole (StepGuard's doc)."""
         if self.guard.torn or self.version == 0:  # half done, or nothing trained yet
             return
         if is_latest(self.run_dir / "checkpoints", self.version):
             return  # nothing trained since
         try:
+            if self.guard.active:  # not torn: the step's update is whole
+                self._finish_trained_step(log)
             print(f"saving a checkpoint before stopping on the error: {self.checkpoint(untrained=True)}",
                   flush=True)
         except Exception as err:  # noqa: BLE001 - the run's own error is the one to raise

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import ray
 
-from roll_agentic.config import Config, validate
+from roll_agentic.config import Config
+from roll_agentic.config_check import validate
 from roll_agentic.engine.router import Router, router_kwargs
 from roll_agentic.train.evaluation import run_evaluation
 from roll_agentic.train.job_setup import (

@@ -47,3 +47,22 @@ def test_asking_for_a_gpu_that_is_not_there_says_so():
         run_bench(SwitchBenchConfig(device="cuda"))
     with pytest.raises(SystemExit, match="multiple of 64"):
         run_bench(SwitchBenchConfig(hidden=100))
+
+
+@pytest.mark.parametrize("flag, value, least", [("--rounds", "1", 2), ("--vocab", "2", 3)])
+def test_argparse_refuses_rounds_and_vocab_the_bench_cannot_run(flag, value, least, capsys):
+    # Argparse took them (at_least(1)); run_bench then refused all flags in one line naming none.
+    # One round has no warm switch (a median of nothing); token ids start at 2 (0, 1: pad, eos).
+    from roll_agentic.bench import switch
+    from roll_agentic.bench.cli import standalone_main
+
+    with pytest.raises(SystemExit) as exit_:
+        standalone_main("switch", switch.add_parser, [flag, value])
+    assert exit_.value.code == 2
+    assert f"argument {flag}: must be at least {least}, got {value}" in capsys.readouterr().err
+
+
+def test_a_vocab_below_64_runs():
+    # 64 was refused though nothing needs it: the switched state is set by --hidden and --layers
+    out = run_bench(SwitchBenchConfig(hidden=64, layers=1, vocab=8, rounds=2, lora_rank=0))
+    assert out["warm_switches"] == 2 and out["cold_switches"] == 3

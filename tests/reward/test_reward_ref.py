@@ -8,7 +8,8 @@ import textwrap
 
 import pytest
 
-from roll_agentic.config import Config, ConfigError, RewardConfig, TaskConfig, validate
+from roll_agentic.config import Config, ConfigError, RewardConfig, TaskConfig
+from roll_agentic.config_check import validate
 from roll_agentic.reward import LocalRewardClient, LocalServerless, ServerlessRewardClient
 from roll_agentic.reward.reward_ref import (
     function_stem,

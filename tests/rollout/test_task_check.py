@@ -292,3 +292,19 @@ def test_a_seeded_env_is_not_warned_about(fresh_warnings, capsys):
     tasks = [TaskConfig(name="sim", env_id=f"{__name__}:NoClose"), TaskConfig(name="cliff", env_id="CliffWalking-v1")]
     assert task_problem(tasks) == ""
     assert "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("line", ["from rewards.helper_mod import bonus", "from .helper_mod import bonus",
+                                  "from helper_mod import bonus"])
+def test_serverless_mode_refuses_a_reward_importing_its_own_package(user_rewards, line):
+    """Deployed as one file, it imported fine here and every invoke failed on AWS with
+    Runtime.ImportModuleError; the deploy refuses it, and the check says so first."""
+    user_rewards("helper_mod", "def bonus():\n    return 1.0\n")
+    name = user_rewards("uses_helper", f"{line}\ndef reward(summary):\n    return bonus()\n"
+                                       "def handler(event, context):\n    return {'reward': reward(event)}\n")
+    tasks = [TaskConfig(name="cliff", env_id="CliffWalking-v1", reward=name)]
+    if line.startswith("from rewards."):  # importable here: reward=local runs it in process
+        assert task_problem(tasks, "local") == ""
+    problem = task_problem(tasks, "serverless")
+    assert problem.startswith("tasks[0] (cliff): reward 'uses_helper': uses_helper.py line 1: "), problem
+    assert "Runtime.ImportModuleError" in problem and "--handler uses_helper.handler" in problem

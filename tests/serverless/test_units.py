@@ -100,11 +100,12 @@ def test_an_event_throttled_too_long_is_logged_and_counted_when_dropped(tmp_path
     from serverless import invoke
     from serverless.meters import Meters
 
-    rec = SimpleNamespace(name="held", state="Active")
+    rec = SimpleNamespace(name="held", state="Active", last_update_status="Successful")
     lim = ConcurrencyLimiter(account_limit=1000)
     lim.set_reserved("held", 0)  # every invocation throttles
     meters = Meters()
-    invoker = invoke.Invoker(SimpleNamespace(functions={"held": rec}), None, lim, meters, tmp_path,
+    store = SimpleNamespace(functions={"held": rec}, code_dir=lambda rec: tmp_path)  # its code is there
+    invoker = invoke.Invoker(store, None, lim, meters, tmp_path,
                              max_event_age_s=0.3)
     asyncio.run(invoker._run_event("held", "{}", "rid-1"))
     invoker.forget("held")
@@ -190,7 +191,7 @@ def test_imports_aws_lambdas_runtime_lacks_are_named(tmp_path):
     from serverless.deploy import missing_on_lambda, spec_for
 
     mod = tmp_path / "scorer.py"
-    mod.write_text("import json, os.path\nimport boto3\nfrom numpy import mean\nfrom . import sibling\n"
+    mod.write_text("import json, os.path\nimport boto3\nfrom numpy import mean\n"
                    "def handler(event, context):\n    import torch.nn as nn\n    return 1\n")
     assert missing_on_lambda(mod) == ["numpy", "torch"]
     assert spec_for(mod).missing_on_lambda == ["numpy", "torch"]

@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from roll_agentic.config import Config, ConfigError, validate
+from roll_agentic.config import Config, ConfigError
+from roll_agentic.config_check import validate
 from roll_agentic.train.lr_schedule import lr_at
 
 

@@ -95,3 +95,42 @@ def test_a_sigterm_during_a_step_is_held_like_ctrl_c_and_noted():
         assert signal.getsignal(signal.SIGTERM) is not guard._hold  # the handler before the step is back
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_an_error_after_the_update_is_not_torn_but_one_inside_it_is():
+    """Torn was the whole step, sync included: an engine refusing the weights after a whole
+    update lost every step since the last checkpoint, though the trainer's state was whole."""
+    guard = StepGuard()
+    guard.begin()
+    assert guard.torn  # inside the update: the weights may hold part of it
+    guard.update_done()
+    assert not guard.torn and guard.active  # its sync, its evaluation: the trainer's state is whole
+    guard.abandon()
+    assert not guard.updated
+    guard.begin()  # the next step starts torn again
+    assert guard.torn
+    guard.end()
+    assert not guard.torn and not guard.updated
+
+
+def test_a_second_interrupt_after_the_update_still_saves_nothing():
+    """It said "stops at once, without saving": a whole update does not make it save."""
+    guard = StepGuard()
+    guard.begin()
+    guard.update_done()
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+    assert guard.torn
+    guard.abandon()
+    assert not guard.torn
+    guard.begin()
+    guard.update_done()
+    assert not guard.torn  # the next step's update is whole: not torn by the last one's stop
+    guard.end()
+
+
+def test_update_done_outside_a_step_marks_nothing():
+    guard = StepGuard()
+    guard.update_done()
+    assert not guard.updated and not guard.torn

@@ -3,7 +3,8 @@ import math
 import pytest
 import torch
 
-from roll_agentic.config import AlgoConfig, Config, ConfigError, TrainerConfig, validate
+from roll_agentic.config import AlgoConfig, Config, ConfigError, TrainerConfig
+from roll_agentic.config_check import validate
 from roll_agentic.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from roll_agentic.train.loss import token_logprobs
 from roll_agentic.train.trainer import PolicyTrainer, Sample
