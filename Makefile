@@ -14,7 +14,7 @@ run: setup  ## train the default two-task agent on this machine (CPU is fine)
 	$(VENV)/bin/roll-agentic train $(ARGS)
 
 test: setup  ## the whole test suite, slow end-to-end tests included
-	$(PY) -m pytest -q tests $(ARGS)
+	$(PY) -m pytest -q --durations=25 tests $(ARGS)
 
 test-fast: setup  ## everything but the tests marked slow
 	$(PY) -m pytest -q -m "not slow" tests $(ARGS)

@@ -68,6 +68,9 @@ def _one_line(err: BaseException) -> str:
     sweep = re.match(r"(?:Ambiguous value for argument|Sweep parameters) '(.+)'", str(err))
     if isinstance(err, ConfigCompositionException) and sweep:
         return _sweep_line(sweep.group(1))
+    present = re.match(r"Could not append to config\. An item is already at '([^']+)'", str(err))
+    if isinstance(err, ConfigCompositionException) and present:
+        return _present_key_line(present.group(1), str(err))
     cause: BaseException | None = err
     while cause is not None and not isinstance(cause, OmegaConfBaseException):
         cause = cause.__cause__ or cause.__context__
@@ -174,6 +177,16 @@ def _sweep_line(override: str) -> str:
     return (f"override {override!r} gives several values, a sweep, which roll-agentic train does not run "
             f"(no --multirun): give one value per run ({key}={first}); to keep the commas in one string, quote "
             f"the value, in the shell {_shell_quoted(override)}; for a key that takes a list, write {key}=[a,b]")
+
+
+def _present_key_line(key: str, message: str) -> str:
+    """One line for `+key=value` where the config already has `key`: `+` only adds a key. Hydra's
+    first line, all that was kept, said "Could not append to config. An item is already at
+    'trainer.lr'." and dropped its hint to use key=value or ++key=value."""
+    # Hydra's second line gives the override without its '+': "Either remove + prefix: 'KEY=VALUE'".
+    typed = re.search(r"^Either remove \+ prefix: '(.*)'$", message, re.MULTILINE)
+    plain = typed.group(1) if typed else f"{key}=VALUE"
+    return f"override {'+' + plain!r}: {key} already exists; set it with {plain} (or ++{plain} to set-or-add)"
 
 
 def unknown_key_line(name: str, cls: type) -> str:

@@ -101,6 +101,21 @@ def test_a_key_added_with_plus_must_still_be_a_key_of_the_schema(override, messa
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("override, key, plain", [
+    ("+trainer.lr=1e-5", "trainer.lr", "trainer.lr=1e-5"),
+    ("+tasks.0.group_size=4", "tasks.0.group_size", "tasks.0.group_size=4"),
+    ("+run_name=my_run", "run_name", "run_name=my_run"),
+])
+def test_plus_on_a_key_that_exists_says_to_set_it(override, key, plain):
+    # was Hydra's first line only, "Could not append to config. An item is already at
+    # 'trainer.lr'.": its hint (key=value, or ++key=value) was dropped with the other lines
+    with pytest.raises(ConfigError) as err:
+        load_config([override])
+    assert str(err.value) == (f"override '{override}': {key} already exists; set it with {plain} "
+                              f"(or ++{plain} to set-or-add)")
+    assert load_config([f"++{plain}"]) == load_config([plain])  # the two ways it names both work
+
+
 def test_plus_still_adds_to_the_free_form_mappings():
     cfg = load_config(["+envs.resources.node_a=1", "+tasks.0.env_kwargs.holes=2", "++trainer.total_steps=5"])
     assert cfg.envs.resources == {"node_a": 1.0} and cfg.tasks[0].env_kwargs["holes"] == 2

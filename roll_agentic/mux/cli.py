@@ -41,7 +41,7 @@ def composed(specs, m=None):
     will run on, and its engine section made theirs (mux/job_engine_config.py)."""
     from roll_agentic.config import ConfigError
     from roll_agentic.mux.admission import config_refusal
-    from roll_agentic.mux.job_engine_config import on_pool_engines
+    from roll_agentic.mux.job_engine_config import on_pool_engines, pool_problem
     from roll_agentic.mux.session import compose_job
 
     jobs = []
@@ -50,27 +50,22 @@ def composed(specs, m=None):
             cfg = compose_job(spec)
         except ConfigError as err:
             raise ConfigError(f"job {spec.name}: {err}") from None
-        why = config_refusal(cfg)
+        # Its own pools are refused whatever the shared engines (`pool_problem`).
+        why = config_refusal(cfg) or pool_problem(cfg)
         if why:
             raise ConfigError(f"job {spec.name}: {why}")
         jobs.append((spec, cfg if m is None else on_pool_engines(spec, cfg, m)))
     return jobs
 
 
-def _settings_of(multiplexer) -> MuxConfig:
-    """Runs inside the multiplexer actor (`__ray_call__`): the mux settings it was started with."""
-    return multiplexer.m
-
-
 def pool_settings(mux) -> MuxConfig | None:
-    """The running multiplexer's `MuxConfig`: what its shared engines were built from.
-
-    Read through Ray's `__ray_call__`, which every actor handle of the pinned Ray has; None
-    for a stand-in handle without it (nothing is checked against the engines then)."""
+    """The running multiplexer's `MuxConfig`: what its shared engines were built from
+    (`Multiplexer.settings`); None for a stand-in handle without that method (nothing is
+    checked against the engines then)."""
     import ray
 
-    call = getattr(mux, "__ray_call__", None)
-    return None if call is None else ray.get(call.remote(_settings_of))
+    settings = getattr(mux, "settings", None)
+    return None if settings is None else ray.get(settings.remote())
 
 
 def failed_jobs(summary: dict) -> list[str]:
@@ -255,8 +250,9 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     except ray.exceptions.RayActorError as err:
         print(f"error: {_died(err)}", file=sys.stderr)
         return 1
-    if ok:
-        print(f"{args.name}: cancelled")
+    if ok:  # its reason says which step it was saved at (`Multiplexer.cancel`)
+        job = {j["name"]: j for j in ray.get(mux.status.remote())["jobs"]}.get(args.name)
+        print(f"{args.name}: {job['reason'] if job and job['reason'] else 'cancelled'}")
     else:  # a name never submitted and a job already over read differently
         jobs = {j["name"]: j for j in ray.get(mux.status.remote())["jobs"]}
         job = jobs.get(args.name)
@@ -303,7 +299,10 @@ def add_parser(subparsers) -> None:
     _where(st)
     st.set_defaults(func=_cmd_status)
 
-    c = sub.add_parser("cancel", help="cancel a job; its permits and residency are released")
+    cancel_help = ("cancel a job, its newest finished step checkpointed first (`mux submit --resume` goes on "
+                   "from it); its permits and residency are released")
+    c = sub.add_parser("cancel", help=cancel_help, description=cancel_help + ". While `mux run` stops, the "
+                       "stop ends the job instead; a step cut in its update is not saved.")
     c.add_argument("name", help="the job's name, as `mux status` lists it")
     _where(c)
     c.set_defaults(func=_cmd_cancel)

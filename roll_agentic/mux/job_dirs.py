@@ -16,8 +16,9 @@ import copy
 import re
 from pathlib import Path
 
-from roll_agentic.config import Config
+from roll_agentic.config import Config, ConfigError
 from roll_agentic.config_check import validate
+from roll_agentic.mux.job_engine_config import pool_problem
 from roll_agentic.mux.rollback_mark import checkpoint_step
 from roll_agentic.train.checkpoint import latest_checkpoint
 from roll_agentic.train.run_lock import free_name
@@ -46,12 +47,19 @@ def job_folder(jobs: Path, name: str, resume: bool) -> tuple[str, bool]:
 
 
 def job_config(cfg: Config, jobs: Path, name: str, engines: int, resume: bool = False) -> Config:
-    """`cfg` for a job run by the multiplexer: its folder (`job_folder`), the pool's engines."""
+    """`cfg` for a job run by the multiplexer: its folder (`job_folder`), the pool's engines.
+
+    ConfigError for a job that sets pools of its own: `mux run` and `mux submit` refuse it
+    where they load it (job_engine_config.py); this is for a config that did not pass there."""
+    problem = pool_problem(cfg)
+    if problem:
+        raise ConfigError(f"job {name}: {problem}")
     cfg = copy.deepcopy(cfg)
     cfg.run_name, cfg.trainer.resume = job_folder(jobs, name, resume)
     cfg.output_dir = str(jobs)
     cfg.telemetry.progress = False
-    # The job's engines are the pool's: one routing pool spanning the node's engines.
+    # The job's engines are the pool's: one routing pool spanning the node's engines (a job's
+    # own pools are refused above), sized to them.
     cfg.pools, cfg.engine.num_engines = [], engines
     for t in cfg.tasks:
         t.pool = "default"

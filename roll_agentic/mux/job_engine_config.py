@@ -2,7 +2,8 @@
 
 The multiplexer's rollout engines are shared by every job and built once, from the
 mux yaml (`Multiplexer.start`: mux.backend, mux.max_batch, mux.max_model_len,
-mux.engines_per_node; every other engine setting at `EngineConfig`'s default). A job's
+mux.engines_per_node, and vLLM's mux.kv_cache_gib, mux.gpu_memory_utilization,
+mux.enable_prefix_caching; every other engine setting at `EngineConfig`'s default). A job's
 own engine section was read by nothing but its rollout workers and its trainer, so a
 job that asked for engine.backend=vllm, engine.max_batch=8 or engine.kv_cache_gib=4
 ran on the pool's engines without a word, and one with engine.max_model_len above the
@@ -21,13 +22,18 @@ Key by key (`HOW`):
 - backend, max_batch, num_engines: the pool's (mux.backend, mux.max_batch,
   mux.engines_per_node); a job that sets another value is refused, naming the mux key.
   A job's backend `auto` means "whatever the engines are": it takes the pool's.
-- kv_cache_gib, gpu_memory_utilization, enable_prefix_caching: the shared vLLM engines
-  take the defaults and no mux setting changes them: another value is refused.
+- kv_cache_gib, gpu_memory_utilization, enable_prefix_caching: the pool's too (the mux
+  keys of the same names; before, no mux key set them and any other value was refused).
 Backend-specific keys are refused only where the pool runs that backend, as a solo
 run on the other backend would ignore them too (max_batch is the HF engine's alone).
 
 The check runs where the jobs are loaded (`mux run`, `mux submit`), before anything
 starts; the job's config then records the engines it really runs on.
+
+A job's `pools` and `tasks[].pool` (hardware-affine routing over pools of its own) are
+refused the same way (`pool_problem`): its turns run on the shared engines, one routing
+pool spanning them, so the multiplexer replaced its pools with that one without a word.
+Left at their defaults (no pools, every task's pool `default`) they are what the job gets.
 """
 
 from __future__ import annotations
@@ -46,11 +52,12 @@ from roll_agentic.mux.mux_config import JobSpec, MuxConfig
 HOW: dict[str, str] = {
     "temperature": "request", "top_p": "request", "max_model_len": "context", "sync_in_flight": "inert",
     "backend": "pool", "max_batch": "pool", "num_engines": "pool",
-    "kv_cache_gib": "fixed", "gpu_memory_utilization": "fixed", "enable_prefix_caching": "fixed",
+    "kv_cache_gib": "pool", "gpu_memory_utilization": "pool", "enable_prefix_caching": "pool",
 }
 # The mux yaml key that sets each "pool" key (and max_model_len's ceiling).
 MUX_KEY = {"backend": "backend", "max_batch": "max_batch", "num_engines": "engines_per_node",
-           "max_model_len": "max_model_len"}
+           "max_model_len": "max_model_len", "kv_cache_gib": "kv_cache_gib",
+           "gpu_memory_utilization": "gpu_memory_utilization", "enable_prefix_caching": "enable_prefix_caching"}
 # Keys only one backend reads: on a pool of the other, a solo run would ignore them too.
 ONLY_ON = {"max_batch": "hf", "kv_cache_gib": "vllm", "gpu_memory_utilization": "vllm",
            "enable_prefix_caching": "vllm"}
@@ -107,10 +114,32 @@ def engine_problems(spec: JobSpec, cfg: EngineConfig, m: MuxConfig) -> list[str]
     return out
 
 
+def pool_problem(cfg: Config) -> str:
+    """The job's `pools` and `tasks[].pool` settings, in one line, if it sets any; else "".
+
+    As for an engine key set to the pool's value, a setting equal to what the multiplexer
+    gives every job (no pools, each task's pool `default`) is not told apart from one left
+    alone, and passes: `pools=[]` or `tasks.0.pool=default` changes nothing."""
+    default = Config()
+    named = []
+    if cfg.pools != default.pools:
+        named.append(f"pools=[{', '.join(p.name for p in cfg.pools)}]")
+    named += [f"tasks.{i}.pool={t.pool}" for i, t in enumerate(cfg.tasks) if t.pool != "default"]
+    if not named:
+        return ""
+    what = " and ".join([", ".join(named[:-1]), named[-1]] if len(named) > 1 else named)
+    return (f"{what} {'are' if len(named) > 1 else 'is'} not honoured per mux job: its turns run on the "
+            "multiplexer's shared engines (mux.* pool settings); remove pools and tasks[].pool from the job's config")
+
+
 def on_pool_engines(spec: JobSpec, cfg: Config, m: MuxConfig) -> Config:
     """`cfg` (the job's) with the engine section the pool gives it; ConfigError naming the
-    job, each key it sets that the shared engines cannot honour, and the mux key for it."""
+    job, each key it sets that the shared engines cannot honour, and the mux key for it
+    (its `pools` and `tasks[].pool` too: `pool_problem`)."""
     problems = engine_problems(spec, cfg.engine, m)
+    pools = pool_problem(cfg)
+    if pools:
+        problems.append(pools)
     if problems:
         more = f" (and {len(problems) - 1} more: {'; '.join(problems[1:])})" if len(problems) > 1 else ""
         raise ConfigError(f"job {spec.name}: {problems[0]}{more}")
@@ -121,6 +150,8 @@ def on_pool_engines(spec: JobSpec, cfg: Config, m: MuxConfig) -> Config:
         e.max_model_len = m.max_model_len  # the pool's context: where the engines stop
     # What the engines are, recorded in the job's config.json (`JobRunner.setup`).
     e.backend, e.num_engines = pool_backend(m), m.engines_per_node
+    e.kv_cache_gib, e.gpu_memory_utilization, e.enable_prefix_caching = (
+        m.kv_cache_gib, m.gpu_memory_utilization, m.enable_prefix_caching)
     if e.backend == "hf":
         e.max_batch = m.max_batch
     try:

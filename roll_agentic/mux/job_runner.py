@@ -34,14 +34,14 @@ import ray
 from roll_agentic.config import Config, effective_pools
 from roll_agentic.engine.router import Router, router_kwargs
 from roll_agentic.mux.actor_calls import on_current_slot, pin_actors
+from roll_agentic.mux.job_checkpoints import JobCheckpoints
 from roll_agentic.mux.job_evaluation import HeldEvaluation
 from roll_agentic.mux.job_rollback import TrainerLossRecovery
 from roll_agentic.mux.job_state import JobRecord
-from roll_agentic.mux.job_stop import StopAndResume
 from roll_agentic.mux.phase_board import PhaseBoard
 from roll_agentic.mux.phase_waits import JobFailed, await_batch, drain, rollout_limit
 from roll_agentic.mux.profile import PhaseKind
-from roll_agentic.train.checkpoint import is_latest, write_atomic
+from roll_agentic.train.checkpoint import write_atomic
 from roll_agentic.train.evaluation import evaluation_due
 from roll_agentic.train.step_metrics import rollout_metrics
 from roll_agentic.train.trainer import samples_from_groups
@@ -55,7 +55,7 @@ async def _engine_stats(engines: list) -> list[dict]:
     return list(await asyncio.gather(*(e.stats.remote() for e in engines)))
 
 
-class JobRunner(HeldEvaluation, TrainerLossRecovery, StopAndResume):
+class JobRunner(HeldEvaluation, TrainerLossRecovery, JobCheckpoints):
     def __init__(self, cfg: Config, record: JobRecord, board: PhaseBoard, engines: dict[str, list],
                  slots: dict[str, object], phase_timeout_s: float, rollout_cpus: Sequence[int] = (),
                  on_trainer_lost: Callable[[str, str, str], Awaitable[None]] | None = None,
@@ -109,6 +109,7 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery, StopAndResume):
         self.buffer = self._new_buffer()
         self._log = MetricsLog(self.run_dir, cfg.telemetry.tensorboard)
         await self.resume_from_checkpoint()  # trainer.resume: from its checkpoint (job_stop.py)
+        await self.hold_unevaluated_row()  # its step's due evaluation, if a stop came first (job_checkpoints.py)
         self.slot_args = (model_path, cfg.trainer, cfg.algo, cfg.engine.temperature, str(self.run_dir / "checkpoints"),
                           cfg.engine.top_p)
         await asyncio.gather(*(on_current_slot(self.slots, n, lambda s: s.register.remote(self.name, *self.slot_args))
@@ -219,6 +220,11 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery, StopAndResume):
                         self.worker_runs = [w.run.remote() for w in self.workers]
                     else:
                         await self.buffer.advance.remote(self.version)
+                    # From here the buffer may hand the batch out (even if this await is cut): a stop
+                    # or failure before the update puts its prompts back (the buffer's taken groups
+                    # since the advance above; none yet is harmless). Set only after the batch had
+                    # come, a stop in the held evaluation below skipped those prompts for good.
+                    self.untrained_batch = True
                     groups = await await_batch(  # fails the job if a worker stops or the batch overruns
                         self.buffer.get_batch.remote(self.cfg.algo.groups_per_step, self.version),
                         self.worker_runs, self.phase_timeout_s)
@@ -238,7 +244,7 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery, StopAndResume):
             raise JobFailed(f"isolation check: turns served by weight versions {sorted(bad)}, expected {self.version}")
         if self.version:
             Path(self._weights_path(self.version)).unlink(missing_ok=True)  # the engines hold it now
-        self._groups, self.untrained_batch = groups, True
+        self._groups = groups
         # rollout_s is the whole phase as held, an evaluation in it included.
         self._phase = {"step_t0": step_t0, "rollout_wait_s": wait_s, "rollout_s": time.perf_counter() - t0,
                        "load_s": load_s, "eval_s": eval_s}
@@ -263,7 +269,7 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery, StopAndResume):
             slot = self.slots[node]
             self.record.phase = kind
             t0 = time.perf_counter()
-            waiting_on = "trainer"  # or "buffer": only the trainer's silence or death is the node's
+            self.waiting_on = "trainer"
             before = self.version
             try:
                 # Like a rollout, a train phase that runs past its limit fails its job and
@@ -274,41 +280,35 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery, StopAndResume):
                     self.state_node = node
                     t1 = time.perf_counter()
                     samples = samples_from_groups(self._groups, self.cfg.algo.adv_eps, self.cfg.algo.advantage)
+                    self.updating = True  # until it answers: a failure may leave the state torn
                     train_m = await slot.train.remote(self.name, samples)
                     self.version += 1
-                    self.untrained_batch = False
+                    self.updating = self.untrained_batch = False
+                    self.unlogged_step = (self.version, train_m)
                     t2 = time.perf_counter()
                     write_s = await slot.write_weights.remote(self.name, self._weights_path(self.version))
-                    if park:
-                        self.record.profile["state_bytes"], self.record.profile["weights_bytes"] = \
-                            await slot.state_bytes.remote(self.name)
-                        waiting_on = "buffer"
-                        run_state = await self._run_state()
-                        waiting_on = "trainer"
-                        await slot.park.remote(self.name, self.version, run_state, self.cfg.trainer.keep_checkpoints)
-                        self.state_node = None  # in its checkpoint only
-                    elif (self.version % self.cfg.trainer.save_every == 0 or self.stop_requested
-                          or self.version == self.cfg.trainer.total_steps):
-                        waiting_on = "buffer"
-                        run_state = await self._run_state()
-                        waiting_on = "trainer"
-                        await self.checkpoint(node, run_state)
+                    await self._save_if_due(slot, node, park)
             except (TimeoutError, ray.exceptions.RayActorError) as err:
-                what = "its trainer" if waiting_on == "trainer" else "its trajectory buffer"
+                what = "its trainer" if self.waiting_on == "trainer" else "its trajectory buffer"
                 why = (f"{kind} phase exceeded phase_timeout_s={self.phase_timeout_s} on {node}: {what} "
                        "did not answer" if isinstance(err, TimeoutError)
                        else f"{kind} phase on {node}: {what}'s process died ({type(err).__name__})")
-                if waiting_on == "trainer" and self.on_trainer_lost is not None:
+                if self.waiting_on == "trainer" and self.on_trainer_lost is not None:
                     await self._trainer_lost(node, why)
-                if waiting_on == "trainer" and self.version > before and self.checkpointed_at_version():
+                if self.waiting_on == "trainer" and self.version > before and self.checkpointed_at_version():
                     # Lost after the step's checkpoint was complete: nothing of it was lost, the
                     # step ends as one (a roll-back to it dropped its metrics and step end).
                     self.rollback_reason, self.state_node = "", None  # in its checkpoint only
                 elif not (self.rollback_reason and not probe):
-                    if waiting_on == "trainer" and not probe and self.rollbacks >= self.max_rollbacks:
+                    if self.waiting_on == "trainer" and not probe and self.rollbacks >= self.max_rollbacks:
                         why += f"; rolled back {self.rollbacks}x already (max_rollbacks={self.max_rollbacks})"
                     raise JobFailed(f"{why} (its checkpoints stay in its run directory)") from None
+            except ray.exceptions.RayTaskError as err:  # the trainer or buffer raised: said in one line
+                what = "its trainer" if self.waiting_on == "trainer" else "its trajectory buffer"
+                cause = err.cause if isinstance(getattr(err, "cause", None), Exception) else err
+                raise JobFailed(f"{kind} phase on {node}: {what} failed: {type(cause).__name__}: {cause}") from err
             if self.rollback_reason and not probe:  # the node has a new trainer: go on from the checkpoint
+                self.updating = False  # the torn state, if any, died with the old trainer
                 return await self._roll_back(node)
         self.record.step_ends.append(self.board.now())
         self.record.step = self.version
@@ -319,24 +319,6 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery, StopAndResume):
                             "switch_kind": record["kind"]})
         self._train_m = train_m
         return record
-
-    def checkpointed_at_version(self) -> bool:
-        """Whether the job's latest checkpoint holds its current state (it can switch in cold)."""
-        return is_latest(self.run_dir / "checkpoints", self.version)
-
-    async def _run_state(self, untrained: bool = False) -> dict:
-        # untrained: the batch taken since the last advance goes back into the stream (a stop mid-step).
-        state = await self.buffer.export_state.remote(untrained)
-        # A solo run advances its buffer at sync time; here advance waits for the job's
-        # next rollout permit (so no ticket opens while other weights are loaded), so the
-        # checkpoint records the state the advance will produce, and resumes like a solo one.
-        state["version"] = state["steps_taken"] = self.version
-        return {"buffer": state, "run_name": self.cfg.run_name, "model_path": self.model_path}
-
-    async def checkpoint(self, node: str, run_state: dict | None = None) -> str:
-        run_state = await self._run_state() if run_state is None else run_state
-        return await self.slots[node].checkpoint.remote(self.name, self.version, run_state,
-                                                        self.cfg.trainer.keep_checkpoints)
 
     async def sync(self) -> dict[str, float]:
         """After the train phase: no device held; the step's metrics are logged."""
@@ -370,6 +352,7 @@ class JobRunner(HeldEvaluation, TrainerLossRecovery, StopAndResume):
             self._held_row = (self.version, m)
         else:
             await asyncio.to_thread(self._log.write, self.version, m)
+        self.unlogged_step = None
         return m
 
     # -- the whole job ------------------------------------------------------------------------

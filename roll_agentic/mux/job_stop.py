@@ -75,8 +75,9 @@ class StopAndResume:
         in host memory (an admitted job is resident), so the save needs no train permit.
         A job marked to roll back lost that state: its last checkpoint stands.
         """
+        # Not inside an update (`JobCheckpoints.updating`): the trainer's state may be torn there.
         if self.version and self.state_node is not None and not self.checkpointed_at_version() \
-                and not getattr(self, "rollback_reason", ""):
+                and not getattr(self, "rollback_reason", "") and not getattr(self, "updating", False):
             await self.checkpoint(self.state_node, await self._run_state(untrained=self.untrained_batch))
         return checkpoint_step(latest_checkpoint(self.run_dir / "checkpoints"))
 

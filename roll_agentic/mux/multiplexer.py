@@ -10,8 +10,9 @@ slots, roll_agentic/mux/trainer_slot.py), and for each submitted job:
    retried whenever a job leaves; it is never placed so as to break an SLO.
    Jobs waiting together are placed together (roll_agentic/mux/placement_desk.py);
 4. runs it in round robin inside its group (roll_agentic/mux/job_runner.py);
-5. on the end, failure or cancellation of a job: releases its permits, its
-   residency and its nodes, and retries the queue; the others go on;
+5. on the end, failure or cancellation of a job: saves its newest finished step
+   (job_checkpoints.py), releases its permits, its residency and its nodes, and
+   retries the queue; the others go on;
 6. on `stop` (Ctrl-C or SIGTERM on `mux run`): every job ends at its next
    safe point with its newest step checkpointed, for `mux run --resume`
    (roll_agentic/mux/job_stop.py).
@@ -73,6 +74,7 @@ class Multiplexer:
         self._stopping = False  # `stop` was called: jobs end checkpointed, none is admitted
         self.closing: set[str] = set()  # jobs in their clean-up (job_exit.py): cancel and stop leave them be
         self._probing: dict[str, list[str]] = {}  # job -> the nodes its probe was given (until it ends)
+        self._cancelled: set[str] = set()  # jobs `cancel` ends: their newest step saved first
 
     async def start(self) -> bool:
         """Builds the pools: engines per rollout node, one trainer process per training node."""
@@ -83,6 +85,9 @@ class Multiplexer:
         m = self.m
         cfg = Config()
         cfg.engine.max_batch, cfg.engine.max_model_len = m.max_batch, m.max_model_len
+        e = cfg.engine  # the vLLM engines' memory and cache (job_engine_config.py: MUX_KEY)
+        e.kv_cache_gib, e.gpu_memory_utilization, e.enable_prefix_caching = (
+            m.kv_cache_gib, m.gpu_memory_utilization, m.enable_prefix_caching)
         actor = engine_actor_class(0.0)
         for r in range(m.rollout_nodes):
             name = f"rollout{r}"
@@ -227,6 +232,7 @@ class Multiplexer:
             try:
                 await runner.setup(model_path, train_node, rollout_nodes)
                 if runner.version >= cfg.trainer.total_steps:  # resumed from its last step's checkpoint
+                    await runner.evaluate_last()  # if stopped before it (`hold_unevaluated_row`)
                     rec.state = JobState.DONE
                     return
                 prof = await runner.probe(rollout_nodes, train_node, self.m.profile_margin, self.m.profile_steps)
@@ -267,9 +273,15 @@ class Multiplexer:
                 return await stopped(rec, runner, self.m.phase_timeout_s)
             rec.state = JobState.FAILED if failed else JobState.CANCELLED
             rec.reason = rec.reason or "cancelled"
+            if rec.name in self._cancelled:  # `mux cancel`: its finished steps kept for a resume
+                # Not a queued job's reason for waiting: what ended it, and where it was saved.
+                rec.reason = "cancelled" + await run_to_end(runner.save_newest_step("cancelled"))
         except Exception as err:  # the job fails; the pools and the other jobs go on
             rec.state, rec.reason = JobState.FAILED, f"{type(err).__name__}: {err}"
+            # Before `_leave` drops its state: the steps since its last due checkpoint are kept.
+            rec.reason += await run_to_end(runner.save_newest_step("failed"))
         finally:
+            self._cancelled.discard(rec.name)
             self.closing.add(rec.name)
             try:
                 await run_to_end(self._close_job(rec, runner, placed))
@@ -343,9 +355,21 @@ class Multiplexer:
         return {name: rec.to_dict() for name, rec in self.records.items()}
 
     async def cancel(self, name: str) -> bool:
+        """Ends a job, its newest finished step checkpointed first (`save_newest_step`). False if
+        it was not running, or while stopping: `stop` ends it checkpointed (a cancel cutting its
+        step there saved the trainer's next step under the step before's number)."""
         task = self.tasks.get(name)
         if task is None or task.done() or name in self.closing:  # ending already: its clean-up runs to its end
             return False
+        if self._stopping:  # it ends stopped, its step saved: the cancel waits for that (bounded)
+            await asyncio.wait([task], timeout=2 * self.m.phase_timeout_s)
+            return False
+        self._cancelled.add(name)
+        # Cut inside its update, the trainer's state may be torn and nothing is saved: the
+        # steps since its last due checkpoint were lost. The update ends first (bounded).
+        runner, deadline = self.runners.get(name), time.monotonic() + self.m.phase_timeout_s
+        while runner is not None and runner.updating and not task.done() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         task.cancel()
         with contextlib.suppress(BaseException):
             await task
@@ -373,6 +397,10 @@ class Multiplexer:
                 return False
             await asyncio.sleep(0.2)
 
+    def settings(self) -> MuxConfig:
+        """The settings it started with: `mux submit` checks jobs' engine.* against its engines."""
+        return self.m
+
     def status(self) -> dict:
         groups = [{"group_id": g.group_id, "nodes": [self.phys.get(n, str(n)) for n in g.nodes],
                    "members": list(g.pinning)} for g in self.book.groups.values()]
@@ -391,8 +419,9 @@ class Multiplexer:
                 "intervals": [asdict(i) for i in self.board.intervals]}
 
     async def shutdown(self) -> None:
-        for name in list(self.tasks):
-            await self.cancel(name)
+        for name, task in list(self.tasks.items()):  # not `cancel`: after a stop, that waits for each
+            if not task.done() and name not in self.closing:
+                task.cancel()
         closing = [t for t in self.tasks.values() if not t.done()]
         if closing:  # their clean-up (slot releases, workers, emulators) before the pools go
             await asyncio.wait(closing, timeout=self.m.phase_timeout_s)

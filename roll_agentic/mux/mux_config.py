@@ -43,6 +43,11 @@ class MuxConfig:
     train_nodes: int = 1
     max_batch: int = 64
     max_model_len: int = 1024
+    # The shared vLLM engines' memory and cache settings (an HF pool reads none of them);
+    # defaults as `engine.*`'s. A job's own engine.* value of these is honoured only if equal.
+    kv_cache_gib: float = 1.0
+    gpu_memory_utilization: float = 0.5
+    enable_prefix_caching: bool = True
     # Host memory per node that resident job state may use (bytes). A job
     # whose state exceeds it is refused; one that does not fit now waits.
     residency_budget_bytes: int = 1 << 30
@@ -168,6 +173,10 @@ def range_problems(cfg: MuxConfig) -> list[str]:
         _check(e, getattr(cfg, key) >= 1, key, "an integer >= 1", getattr(cfg, key))
     # The engines refuse a shorter context (`engine.max_model_len` has the same floor).
     _check(e, cfg.max_model_len >= 64, "max_model_len", "an integer >= 64", cfg.max_model_len)
+    _check(e, math.isfinite(cfg.kv_cache_gib) and cfg.kv_cache_gib > 0, "kv_cache_gib", "a number > 0 (GiB)",
+           cfg.kv_cache_gib)
+    _check(e, 0 < cfg.gpu_memory_utilization <= 1, "gpu_memory_utilization", "a number in (0, 1]",
+           cfg.gpu_memory_utilization)
     _check(e, cfg.warm_switch_s >= 0, "warm_switch_s", "a number of seconds >= 0", cfg.warm_switch_s)
     for key in ("rollout_price_per_hour", "train_price_per_hour"):
         _check(e, getattr(cfg, key) >= 0, key, "a number >= 0", getattr(cfg, key))

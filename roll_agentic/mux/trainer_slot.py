@@ -89,6 +89,10 @@ def base_weights(model_path: str) -> dict[str, torch.Tensor]:
     return out
 
 
+class StepMismatch(RuntimeError):
+    """A checkpoint asked for under a step number the job's trainer is not at."""
+
+
 @dataclass(frozen=True)
 class SwitchRecord:
     job: str
@@ -329,13 +333,24 @@ class TrainerSlot:
         return weights + trainer_state_bytes(tr) + ref, weights
 
     def checkpoint(self, job: str, version: int, run_state: dict, keep: int) -> str:
+        """Saves the job's state as step `version`; refuses when its trainer is at another step.
+
+        A caller's `version` can lag the trainer: a `mux cancel` that cut a train phase after
+        its update had been queued here saved step n+1's weights under step n's number (and
+        step n's buffer), and a resume then trained one step twice. Nothing is written then."""
         spec = self.jobs[job]
-        if self.active == job and self.trainer is not None:
-            weights, state = self.trainer.engine_state_dict(), self.trainer.state()
+        trainer = self.trainer if self.active == job else None
+        host = None if trainer is not None else self.store.get(job)
+        if trainer is None and host is None:
+            raise RuntimeError(f"trainer slot {self.name}: no state of job {job} to checkpoint")
+        step = trainer.step if trainer is not None else host.step  # type: ignore[union-attr]
+        if step != version:
+            raise StepMismatch(f"trainer slot {self.name}: job {job}'s trainer is at step {step}, not {version}: "
+                               "not checkpointed (it would label one step's state with another's number)")
+        if trainer is not None:
+            weights, state = trainer.engine_state_dict(), trainer.state()
         else:
-            host = self.store.get(job)
-            if host is None:
-                raise RuntimeError(f"trainer slot {self.name}: no state of job {job} to checkpoint")
+            assert host is not None
             weights, state = self._saved(job, host)
         return str(save_checkpoint(spec.ckpt_root, version, weights, state, run_state, keep=keep))
 

@@ -46,6 +46,7 @@ import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
+from roll_agentic.rollout.prompt_retries import PromptRetries
 from roll_agentic.rollout.step_mix import StepMix
 from roll_agentic.rollout.trajectory import Ticket, Trajectory
 
@@ -79,6 +80,7 @@ class BufferCounters:
     groups_dropped_stale: int = 0
     groups_dropped_failed: int = 0
     groups_dropped_no_signal: int = 0  # drop_no_signal: all rewards equal, a fresh prompt took its place
+    prompts_replaced: int = 0  # failed for good, or too often: a fresh prompt took its place (prompt_retries.py)
     trajectories_received: int = 0
     trajectories_failed: int = 0
     trajectories_trained: int = 0
@@ -116,6 +118,7 @@ class TrajectoryBuffer:
         self._credit = {t.name: 0.0 for t in tasks}
         self._mix = StepMix(tasks)  # each step's batch in the tasks' shares (step_mix.py)
         self._requeued: deque[Ticket] = deque()
+        self.retries = PromptRetries()  # re-roll a failed group's prompt, or replace it
         self._open: dict[str, list[Trajectory]] = {}
         self._tickets: dict[str, Ticket] = {}
         self._ready: deque[list[Trajectory]] = deque()
@@ -253,10 +256,13 @@ class TrajectoryBuffer:
         if len(ok) < 2:  # GRPO needs two to compare; re-roll the same prompt
             self._group_failed(members)
             self.counters.trajectories_dropped += len(members)
-            if not any(t.status == "prompt_too_long" for t in members):  # a re-roll would meet it again
+            if self.retries.replace(ticket.task, ticket.seed, members):  # a re-roll would fail again
+                self.counters.prompts_replaced += 1  # its slot goes to a fresh ticket
+            else:
                 self._requeued.append(ticket)
             self._granted -= 1
         else:
+            self.retries.succeeded(ticket.task, ticket.seed)
             self.counters.trajectories_dropped += failed
             self._group_completed()  # the system works, whatever the rewards say
             if self._drops_no_signal(ok):
@@ -426,8 +432,10 @@ class TrajectoryBuffer:
         saved = list(state["requeued"])
         if not self.keeps_long_queue:
             # A tail-batching run resumed in another mode: its deferred prompts (lost the race of
-            # a short round, never trained) are only in the long queue, which nothing else reads.
-            saved += [{"task": task, "seed": seed} for task, seed in state.get("long_queue", [])]
+            # a short round, never trained) are only in the long queue, which nothing else reads;
+            # a long round's fill prompts (drawn for it, not trained) only in `round_fill`.
+            saved += [{"task": task, "seed": seed}
+                      for task, seed in [*state.get("long_queue", []), *state.get("round_fill", [])]]
         self._requeued = deque(Ticket("", r["task"], r["seed"], self._group_size[r["task"]], self.state.version)
                                for r in saved if r["task"] in self._group_size)
 

@@ -210,6 +210,7 @@ class TailBatchingBuffer(TrajectoryBuffer):
         members.append(traj)
         if len(members) < ticket.keep:
             return
+        self.retries.succeeded(ticket.task, ticket.seed)
         del self._open[traj.group_id]
         del self._tickets[traj.group_id]
         self._round_groups.discard(traj.group_id)
@@ -226,20 +227,21 @@ class TailBatchingBuffer(TrajectoryBuffer):
         async with self._cond:
             for traj in trajs:
                 self._accept(traj)
-            too_long = {t.group_id for t in trajs if t.status == "prompt_too_long"}
             for gid in {t.group_id for t in trajs}:
                 if gid in self._open:  # came back without enough good episodes: roll it again
                     ticket = self._tickets.pop(gid)
                     del self._open[gid]
                     self._round_groups.discard(gid)
                     self._outstanding -= 1
-                    self._group_failed([t for t in trajs if t.group_id == gid])
+                    members = [t for t in trajs if t.group_id == gid]
+                    self._group_failed(members)
                     seed = ticket.seed
-                    if gid in too_long:
-                        # Its first prompt never fits: rolled again, it failed for ever and its
-                        # round never closed. A fresh prompt of the task takes its place, as
-                        # the plain buffer issues a fresh ticket for one.
+                    if self.retries.replace(ticket.task, ticket.seed, members):
+                        # It fails for good (its prompt never fits, the task's code fails on
+                        # it) or too often: rolled again, its round never closed. A fresh
+                        # prompt of the task takes its place, as in the plain buffer.
                         seed = self._replace_prompt(ticket.task, ticket.seed)
+                        self.counters.prompts_replaced += 1
                     self._round_tickets.append(Ticket("", ticket.task, seed, ticket.group_size,
                                                       ticket.issued_version, ticket.keep, ticket.round_id))
             self._cond.notify_all()

@@ -33,6 +33,10 @@ from roll_agentic.rollout.engine_watch import wait_until_back
 from roll_agentic.rollout.env_calls import EnvCalls, EnvFailure, PromptTooLong
 from roll_agentic.rollout.trajectory import Ticket, Trajectory, Turn, json_scalars
 
+# Far more characters per token than text takes (about 4 in English, rarely 10 in code): an
+# observation longer than this times the tokens left cannot fit, and is not tokenised.
+MAX_CHARS_PER_TOKEN = 64
+
 log = logging.getLogger(__name__)
 
 MAX_RESTARTS = 3
@@ -346,11 +350,18 @@ class RolloutWorker:
             text = task.prompt_template.format(observation=obs) if first and task.prompt_template else obs
             first = False
             before = len(conv.token_ids)
-            conv.add_observation(text)
-            if len(conv.token_ids) + task.max_new_tokens > self.max_model_len:
+            room = self.max_model_len - before - task.max_new_tokens
+            # Far more text than the context holds (an env that returns a file dump) is not
+            # tokenised: that held this worker's every episode for seconds, in lists of tens
+            # of millions of ids, to throw them away.
+            oversized = len(text) > max(room, 0) * MAX_CHARS_PER_TOKEN
+            if not oversized:
+                conv.add_observation(text)
+            if oversized or len(conv.token_ids) + task.max_new_tokens > self.max_model_len:
                 if turn == 0:  # an "ok" episode of zero tokens crashed the trainer's batch
-                    raise PromptTooLong(f"task {task.name!r} seed {ticket.seed}: the first prompt ({len(conv.token_ids)} "
-                                        f"tokens) + max_new_tokens ({task.max_new_tokens}) exceeds "
+                    size = f"{len(text)} characters" if oversized else f"{len(conv.token_ids)} tokens"
+                    raise PromptTooLong(f"task {task.name!r} seed {ticket.seed}: the first prompt ({size}) "
+                                        f"+ max_new_tokens ({task.max_new_tokens}) exceeds "
                                         f"engine.max_model_len ({self.max_model_len})")
                 conv.token_ids, conv.loss_mask, conv.logprobs = (conv.token_ids[:before], conv.loss_mask[:before],
                                                                  conv.logprobs[:before])

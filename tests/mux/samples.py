@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from roll_agentic.mux.phase_board import PhaseBoard
 from roll_agentic.train.trainer import Sample
 
 
@@ -34,3 +35,11 @@ def assert_same_state(got: tuple[dict, dict, float], want: tuple[dict, dict, flo
         for n, v in s.items():
             assert torch.equal(got[1][k][n], v), (k, n)
     assert got[2] == want[2]
+
+
+def one_node_board() -> PhaseBoard:
+    """A phase board of one rollout node `r` and one training node `t`."""
+    b = PhaseBoard()
+    b.add_node("r", "rollout")
+    b.add_node("t", "train")
+    return b

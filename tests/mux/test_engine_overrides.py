@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from roll_agentic.cli import main
-from roll_agentic.config import EngineConfig
-from roll_agentic.mux.job_engine_config import HOW, engine_problems
-from roll_agentic.mux.mux_config import JobSpec, MuxConfig
+from roll_agentic.config import Config, EngineConfig
+from roll_agentic.mux.job_engine_config import HOW, engine_problems, on_pool_engines
+from roll_agentic.mux.mux_config import JobSpec, MuxConfig, range_problems
 
 CONF = "conf/mux/two_tiny.yaml"  # backend: hf, max_batch and max_model_len at their defaults
 
@@ -78,17 +78,41 @@ def test_vllm_settings_are_refused_on_a_vllm_pool_and_every_problem_is_listed():
     cfg = EngineConfig(kv_cache_gib=4.0, gpu_memory_utilization=0.9)
     problems = engine_problems(spec, cfg, MuxConfig(backend="vllm"))
     assert problems == [
-        "engine.gpu_memory_utilization=0.9 is not honoured per job: the shared vllm engines are built with its "
-        "default (0.5) and no mux setting changes it; drop it from the job",
-        "engine.kv_cache_gib=4.0 is not honoured per job: the shared vllm engines are built with its default "
-        "(1.0) and no mux setting changes it; drop it from the job"]
+        "engine.gpu_memory_utilization=0.9 is not honoured per job: the shared engines take "
+        "mux.gpu_memory_utilization (now 0.5); set it in the mux yaml, or drop engine.gpu_memory_utilization "
+        "from the job",
+        "engine.kv_cache_gib=4.0 is not honoured per job: the shared engines take mux.kv_cache_gib (now 1.0); "
+        "set it in the mux yaml, or drop engine.kv_cache_gib from the job"]
     assert engine_problems(spec, cfg, MuxConfig(backend="hf")) == []
     # A job's backend `auto` (the default) takes the pool's, whatever it is.
     assert engine_problems(JobSpec("j"), EngineConfig(backend="auto"), MuxConfig(backend="vllm")) == []
 
 
-def test_mux_submit_refuses_before_submitting(monkeypatch, tmp_path, capsys):
-    submitted = []
+def test_vllm_memory_settings_are_the_pools_and_a_job_asking_the_same_passes():
+    m = MuxConfig(backend="vllm", kv_cache_gib=4.0, gpu_memory_utilization=0.9, enable_prefix_caching=False)
+    spec = JobSpec("j", overrides=["engine.kv_cache_gib=4", "engine.enable_prefix_caching=false"])
+    asked = EngineConfig(kv_cache_gib=4.0, enable_prefix_caching=False)
+    assert engine_problems(spec, asked, m) == []
+    # A job that sets none runs on, and records, what the shared engines were built with.
+    cfg = on_pool_engines(JobSpec("j"), Config(), m)
+    assert (cfg.engine.kv_cache_gib, cfg.engine.gpu_memory_utilization, cfg.engine.enable_prefix_caching) == (
+        4.0, 0.9, False)
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    ("kv_cache_gib", 0, "a number > 0 (GiB)"),
+    ("kv_cache_gib", float("nan"), "a number > 0 (GiB)"),
+    ("gpu_memory_utilization", 1.5, "a number in (0, 1]"),
+])
+def test_mux_memory_settings_out_of_range_are_named(key, value, expected):
+    problems = range_problems(MuxConfig(**{key: value}))
+    assert len(problems) == 1 and problems[0].startswith(key) and expected in problems[0], problems
+
+
+def _submit_one_job(monkeypatch, tmp_path, override: str, settings: MuxConfig) -> tuple[int, list]:
+    """`mux submit` of conf/mux/one_job.yaml plus `override`, to a stand-in multiplexer that runs
+    on `settings`: the exit status, and what reached its `submit`."""
+    submitted: list = []
 
     class Mux:
         class submit:  # noqa: N801 - stands for the actor method
@@ -97,12 +121,51 @@ def test_mux_submit_refuses_before_submitting(monkeypatch, tmp_path, capsys):
                 submitted.append(args)
 
     monkeypatch.setattr("roll_agentic.mux.session.connect", lambda path: Mux())
-    monkeypatch.setattr("roll_agentic.mux.cli.pool_settings", lambda mux: MuxConfig(backend="hf", max_model_len=512))
+    monkeypatch.setattr("roll_agentic.mux.cli.pool_settings", lambda mux: settings)
     job = yaml.safe_load(open("conf/mux/one_job.yaml"))
-    job["overrides"].append("engine.max_model_len=1024")
+    job["overrides"].append(override)
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job))
-    assert main(["mux", "submit", str(path), "--address-file", str(tmp_path / "none.json")]) == 2
+    return main(["mux", "submit", str(path), "--address-file", str(tmp_path / "none.json")]), submitted
+
+
+def test_mux_submit_refuses_before_submitting(monkeypatch, tmp_path, capsys):
+    rc, submitted = _submit_one_job(monkeypatch, tmp_path, "engine.max_model_len=1024",
+                                    MuxConfig(backend="hf", max_model_len=512))
+    assert rc == 2
     assert ("job guess_wide: engine.max_model_len=1024 exceeds the shared engines' context: set "
             "mux.max_model_len (now 512)") in capsys.readouterr().err
+    assert not submitted
+
+
+POOLS = "roll_heavy:pools=[{name:default},{name:fast,hardware:H20}]"
+
+
+@pytest.mark.parametrize(("overrides", "wanted"), [
+    ([POOLS], "job roll_heavy: pools=[default, fast] is not honoured per mux job"),
+    ([POOLS, "roll_heavy:tasks.0.pool=fast"],
+     "job roll_heavy: pools=[default, fast] and tasks.0.pool=fast are not honoured per mux job"),
+])
+def test_a_job_with_pools_of_its_own_stops_mux_run_naming_the_job(started, capsys, overrides, wanted):
+    # Before, the multiplexer replaced them with its one pool (job_dirs.job_config) without a
+    # word: a job set up for hardware-affine routing ran on the shared engines all the same.
+    assert main(["mux", "run", CONF, *overrides, "--no-solo"]) == 2
+    err = capsys.readouterr().err
+    assert wanted in err and "\n" not in err.strip()
+    assert ("its turns run on the multiplexer's shared engines (mux.* pool settings); remove pools and "
+            "tasks[].pool from the job's config") in err
+    assert not started
+
+
+def test_pools_left_at_their_default_pass(started):
+    assert main(["mux", "run", CONF, "roll_heavy:pools=[]", "roll_heavy:tasks.0.pool=default", "--no-solo"]) == 0
+    cfg = {s.name: c for s, c in started[0]}
+    assert cfg["roll_heavy"].pools == [] and cfg["roll_heavy"].tasks[0].pool == "default"
+
+
+def test_mux_submit_refuses_pools_before_submitting(monkeypatch, tmp_path, capsys):
+    rc, submitted = _submit_one_job(monkeypatch, tmp_path, "pools=[{name:default,hardware:H20,num_engines:2}]",
+                                    MuxConfig(backend="hf"))
+    assert rc == 2
+    assert "job guess_wide: pools=[default] is not honoured per mux job" in capsys.readouterr().err
     assert not submitted

@@ -97,3 +97,16 @@ def test_resume_finds_the_run_to_go_on_with_or_says_why_not(tmp_path):
     (elsewhere / "jobs").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="not under this yaml's output_dir"):
         run_to_resume(m, str(elsewhere))
+
+
+def test_a_job_config_with_pools_of_its_own_is_refused_not_replaced(tmp_path):
+    """A config that did not pass `mux run`/`mux submit`'s check (a stand-in handle, code):
+    its pools were replaced with the multiplexer's one without a word."""
+    from roll_agentic.config import ConfigError, PoolConfig
+
+    mux = Multiplexer(MuxConfig(), str(tmp_path), "unused")
+    cfg = Config()
+    cfg.pools = [PoolConfig(name="default", hardware="H20")]
+    with pytest.raises(ConfigError, match=r"^job a: pools=\[default\] is not honoured per mux job: "):
+        mux._job_config(cfg, "a", 1)
+    assert mux._job_config(Config(), "a", 1).pools == []  # left at its default: as before

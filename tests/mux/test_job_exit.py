@@ -20,6 +20,7 @@ class _Runner:
 
     def __init__(self, *_a, **_k):
         self.closed, self.stop_requested, self.version = False, False, 0
+        self.updating = False  # `Multiplexer.cancel` lets an update in flight end first
         _Runner.made.append(self)
 
     async def setup(self, *_a) -> None:
@@ -27,6 +28,9 @@ class _Runner:
 
     def request_stop(self) -> bool:
         return True
+
+    async def save_newest_step(self, _ending: str) -> str:  # `mux cancel` keeps its finished steps
+        return ""
 
     async def close(self) -> None:
         self.closed = True

@@ -11,22 +11,14 @@ from roll_agentic.config import AlgoConfig, Config, TrainerConfig
 from roll_agentic.mux import admission
 from roll_agentic.mux.job_state import JobRecord, JobState, format_status
 from roll_agentic.mux.mux_config import JobSpec, MuxConfig, load_mux_config, parse_jobs
-from roll_agentic.mux.phase_board import PhaseBoard
 from roll_agentic.mux.residency import DeviceLayout, ResidencyError, ResidencyStore, copy_out
 from roll_agentic.mux.summary import build_summary
-from tests.mux.samples import random_samples
-
-
-def _board() -> PhaseBoard:
-    b = PhaseBoard()
-    b.add_node("r", "rollout")
-    b.add_node("t", "train")
-    return b
+from tests.mux.samples import one_node_board, random_samples
 
 
 def test_phases_run_round_robin_in_fifo_order_and_overlap_across_pools():
     async def main() -> list[tuple[str, str]]:
-        board, order = _board(), []
+        board, order = one_node_board(), []
 
         async def job(name: str) -> None:
             for _ in range(2):
@@ -50,7 +42,7 @@ def test_phases_run_round_robin_in_fifo_order_and_overlap_across_pools():
 
 def test_a_cancelled_phase_releases_its_node_and_the_next_one_starts():
     async def main() -> list[str]:
-        board, got = _board(), []
+        board, got = one_node_board(), []
 
         async def stuck() -> None:
             async with board.hold("a", "rollout", ["r"]):
@@ -75,7 +67,7 @@ def test_a_cancelled_phase_releases_its_node_and_the_next_one_starts():
 
 def test_idle_held_nodes_do_not_count_as_busy():
     async def main() -> dict[str, float]:
-        board = _board()
+        board = one_node_board()
         async with board.hold("a", "probe-rollout", ["r"], idle=["t"]):
             await asyncio.sleep(0.05)
         return board.busy_fraction(0.0, board.now())

@@ -11,13 +11,7 @@ from roll_agentic.config import Config
 from roll_agentic.mux.job_state import JobRecord, JobState
 from roll_agentic.mux.mux_config import MuxConfig
 from roll_agentic.mux.phase_board import PhaseBoard
-
-
-def _board() -> PhaseBoard:
-    b = PhaseBoard()
-    b.add_node("r", "rollout")
-    b.add_node("t", "train")
-    return b
+from tests.mux.samples import one_node_board
 
 
 class _Call:
@@ -190,7 +184,7 @@ def test_a_dead_buffer_in_a_train_phase_is_not_taken_for_a_dead_trainer(tmp_path
     async def main() -> str:
         cfg = Config()
         cfg.trainer.save_every, cfg.output_dir, cfg.run_name = 1, str(tmp_path), "j"
-        runner = JobRunner(cfg, JobRecord("j", 2.0, 10), _board(), {}, {"t": Slot()}, 5.0, on_trainer_lost=on_lost)
+        runner = JobRunner(cfg, JobRecord("j", 2.0, 10), one_node_board(), {}, {"t": Slot()}, 5.0, on_trainer_lost=on_lost)
         runner.buffer, runner._groups = DeadBuffer(), []
         monkeypatch.setattr(job_runner, "samples_from_groups", lambda groups, eps, estimator="grpo": [])
         with pytest.raises(JobFailed) as err:
@@ -255,7 +249,7 @@ def test_a_train_phase_queued_while_its_trainer_is_replaced_uses_the_new_one(tmp
         lost.append(args)
 
     async def main() -> None:
-        board = _board()
+        board = one_node_board()
         runner = _train_runner(tmp_path, monkeypatch, slots, board, on_lost)
         async with board.hold("other", "train", ["t"]):
             phase = asyncio.ensure_future(runner.train("t"))
@@ -281,7 +275,7 @@ def test_a_trainer_that_dies_in_a_roll_back_is_replaced_too(tmp_path, monkeypatc
         lost.append(args)
 
     async def main() -> str:
-        runner = _train_runner(tmp_path, monkeypatch, slots, _board(), on_lost)
+        runner = _train_runner(tmp_path, monkeypatch, slots, one_node_board(), on_lost)
         runner.version, runner.rollback_reason = 3, "its trainer on t was restarted (x: wedged)"
         assert runner.record.pending_rollback is not None  # `mux status` shows the roll-back to come
         with pytest.raises(JobFailed) as err:
@@ -306,7 +300,7 @@ def test_a_job_cancelled_while_its_trainer_is_replaced_holds_the_node_until_it_i
         events.append("restarted")
 
     async def main() -> None:
-        board = _board()
+        board = one_node_board()
         runner = _train_runner(tmp_path, monkeypatch, slots, board, on_lost)
         phase = asyncio.ensure_future(runner.train("t"))
         await asyncio.sleep(0.02)  # in the restart
@@ -400,7 +394,7 @@ def test_a_step_whose_checkpoint_was_saved_before_its_trainer_died_is_kept(tmp_p
     slots = {"t": Slot()}
 
     async def main():
-        runner = _train_runner(tmp_path, monkeypatch, slots, _board())
+        runner = _train_runner(tmp_path, monkeypatch, slots, one_node_board())
 
         async def on_lost(node, job, why):  # what the multiplexer does for the job that found it
             slots[node] = _TrainSlot()

@@ -302,3 +302,28 @@ def test_scripted_awkward_replies_under_a_qwen_like_chat_template(tmp_path):
         assert traj.status == "ok" and traj.num_turns == 5
         check_fidelity(traj, engine.calls[traj.traj_id], worker.fmt)
         assert traj.token_ids.count(im_start) == 1 + 2 * 5 + 1  # system + user/assistant per turn + the sampled one
+
+
+class DumpsAFile(AwkwardText):
+    """Its second observation is 5 MB of text (an env that returns a file dump)."""
+
+    def step(self, action):
+        self.t += 1
+        return "x" * 5_000_000, 0.0, False, False, {}
+
+
+def test_an_observation_far_past_the_context_ends_the_episode_untokenised(tiny_model_path, monkeypatch):
+    """It was tokenised whole on the worker's loop (every episode there held for seconds, lists
+    of millions of ids), then thrown away: now it is never tokenised, and the episode keeps its turns."""
+    from roll_agentic.rollout.conversation import Conversation
+
+    seen: list[int] = []
+    add = Conversation.add_observation
+    monkeypatch.setattr(Conversation, "add_observation", lambda self, text, *a, **k: (
+        seen.append(len(text)), add(self, text, *a, **k))[1])
+    engine = Recording(script=[([5, 6, 7], "length")])
+    worker, group = _run(tiny_model_path, engine, env="DumpsAFile", turns=4, max_model_len=256)
+    for traj in group:
+        assert traj.status == "ok" and traj.truncated and len(engine.calls[traj.traj_id]) == 1
+        check_fidelity(traj, engine.calls[traj.traj_id], worker.fmt)
+    assert seen and max(seen) < 10_000  # the dump never reached the tokenizer
